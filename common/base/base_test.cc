@@ -1,0 +1,88 @@
+#include <string>
+#include <unordered_set>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/base/check.h"
+#include "common/base/ids.h"
+#include "common/base/status_macros.h"
+#include "common/testing/fake_clock.h"
+#include "common/testing/free_port.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::common {
+namespace {
+
+using ::moe::common::testing::IsOk;
+using ::moe::common::testing::IsOkAndHolds;
+using ::moe::common::testing::StatusIs;
+using ::testing::HasSubstr;
+
+absl::StatusOr<int> ParsePositive(int v) {
+  if (v <= 0) return absl::InvalidArgumentError("not positive: " + std::to_string(v));
+  return v;
+}
+
+absl::StatusOr<int> DoubleIt(int v) {
+  ASSIGN_OR_RETURN(int x, ParsePositive(v));
+  return 2 * x;
+}
+
+absl::Status Validate(int v) {
+  RETURN_IF_ERROR(ParsePositive(v));
+  RETURN_IF_ERROR(absl::OkStatus());
+  return absl::OkStatus();
+}
+
+TEST(StatusMacrosTest, AssignOrReturnPropagatesValueAndError) {
+  EXPECT_THAT(DoubleIt(21), IsOkAndHolds(42));
+  EXPECT_THAT(DoubleIt(-1), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("-1")));
+}
+
+TEST(StatusMacrosTest, ReturnIfErrorStopsAtFirstError) {
+  EXPECT_THAT(Validate(3), IsOk());
+  EXPECT_THAT(Validate(0), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(StatusMatchersTest, MatchersRejectTheWrongThing) {
+  EXPECT_THAT(absl::NotFoundError("x"), ::testing::Not(IsOk()));
+  EXPECT_THAT(absl::NotFoundError("x"), ::testing::Not(StatusIs(absl::StatusCode::kInternal)));
+  EXPECT_THAT(absl::StatusOr<int>(5), ::testing::Not(IsOkAndHolds(6)));
+}
+
+TEST(CheckTest, CheckAbortsWithConditionText) {
+  EXPECT_DEATH(MOE_CHECK(1 + 1 == 3), "CHECK failed: 1 \\+ 1 == 3");
+  EXPECT_DEATH(MOE_CHECK_OK(absl::InternalError("boom")), "boom");
+}
+
+TEST(FakeClockTest, AdvancesOnlyWhenTold) {
+  testing::FakeClock clock;
+  absl::Time t0 = clock.Now();
+  EXPECT_EQ(clock.Now(), t0);
+  clock.Advance(absl::Seconds(3));
+  EXPECT_EQ(clock.Now() - t0, absl::Seconds(3));
+  clock.SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(clock.Now() - t0, absl::Milliseconds(3005));
+}
+
+TEST(StrongIdTest, ComparesAndHashesByValue) {
+  SeqId a(1), b(2), c(1);
+  EXPECT_LT(a, b);
+  EXPECT_EQ(a, c);
+  std::unordered_set<SeqId> set{a, b, c};
+  EXPECT_EQ(set.size(), 2u);
+  static_assert(!std::is_convertible_v<ExpertId, LayerIdx>);
+}
+
+TEST(FreePortTest, ReturnsUsablePortAndTempDir) {
+  int port = testing::PickFreePort();
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+  std::string dir = testing::MakeTempDir();
+  EXPECT_THAT(dir, HasSubstr("moe_test."));
+}
+
+}  // namespace
+}  // namespace moe::common
