@@ -1,0 +1,102 @@
+// CPU kernels of the forward pass. Runtime ISA dispatch (AVX-512 / AVX2+FMA / portable) happens
+// inside; callers never see it.
+//
+// NUMERICS CONTRACT (DESIGN.md §3, batch invariance). Every output element is computed by one
+// fixed sequence of f32 operations that depends only on that element's own inputs, never on
+// `m` (how many rows share the call), on the thread count, on which ISA path runs, or on where a
+// row sits in the batch. Concretely, a dot product over k is accumulated in 16 lanes (lane l takes
+// k = l, l+16, l+32, ... in increasing order, with fused multiply-add, zero padding past k), then
+// the 16 lanes are reduced by the fixed tree ((0+8),(1+9),...) -> 8 -> 4 -> 2 -> 1. AVX2 keeps the
+// 16 lanes in two ymm registers, the portable path in an array with std::fma, so all three paths
+// are bitwise identical. Results therefore match across processes and machines of either ISA.
+//
+// Weights are in Hugging Face Linear layout: W[n, k] row-major (n = out features), f32/bf16/f16,
+// converted to f32 exactly in registers. Activations and accumulation are f32.
+//
+// Thread-safety: all functions are reentrant; `pool` may be null (then the caller's thread runs).
+#pragma once
+
+#include <cstdint>
+
+#include "common/kernels/thread_pool.h"
+#include "common/tensor/dtype.h"
+
+namespace moe::kernels {
+
+using common::DType;
+
+// A read-only view of a 2-D weight matrix W[rows, cols] (row-major, contiguous rows).
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;  // n: output features
+  int64_t cols = 0;  // k: input features
+};
+
+// y[m, n] = x[m, k] · W[n, k]^T (+ bias[n] if bias.data != null; bias is [1, n] or [n, 1]).
+// REQUIRES: x has m*k floats, y has room for m*n floats, W.cols == k. y must not alias x.
+void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool,
+            const WeightView* bias = nullptr);
+
+// out[m, d] = x / sqrt(mean(x^2) + eps) * weight[d] (HF RMSNorm; f32 variance). In-place allowed.
+void RmsNorm(const float* x, int64_t m, int64_t d, const WeightView& weight, float eps, float* out);
+
+// Rotary embedding in the HF rotate_half convention on x[m, num_heads, head_dim], in place.
+// Row i uses positions[i]. inv_freq[j] = 1 / theta^(2j/head_dim) computed in f32 as HF does;
+// only the first `rotary_dim` (<= head_dim, even) features rotate.
+void ApplyRope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+               const int32_t* positions, float theta);
+
+// Numerically stable softmax over each row of x[m, n], in place.
+void Softmax(float* x, int64_t m, int64_t n);
+
+// x = silu(gate) * up, elementwise over n floats (the SwiGLU activation), written to `gate`.
+void SiluMul(float* gate, const float* up, int64_t n);
+
+// The routing of each row (token) to its top-k experts.
+struct TopK {
+  int32_t* expert_ids;  // [m, k]
+  float* weights;       // [m, k] gate weights used to combine expert outputs
+};
+// Top-k gating from router logits[m, num_experts]: softmax over all experts (f32), take the k
+// largest (ties: the lower expert id first), and renormalise them to sum 1 if `normalize`.
+// Experts are returned in descending weight order.
+void TopKGating(const float* logits, int64_t m, int64_t num_experts, int64_t k, bool normalize,
+                TopK out);
+
+// The paged KV layout, per layer: K and V are each [num_blocks, block_size, num_kv_heads,
+// head_dim] f32. A sequence's token at position p lives in block block_table[p / block_size],
+// slot p % block_size.
+struct PagedKvLayout {
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// One query token of an attention batch.
+struct AttentionToken {
+  int32_t position;            // absolute position; attends keys 0..position of its sequence
+  const int32_t* block_table;  // the sequence's block table (at least position/block_size + 1)
+};
+
+// Writes k[m, num_kv_heads, head_dim] and v (same shape) of each token into its slot.
+void WriteKv(const float* k, const float* v, int64_t m, const AttentionToken* tokens,
+             const PagedKvLayout& layout, float* k_cache, float* v_cache);
+
+// Causal GQA attention: out[m, num_heads, head_dim] for queries q[m, num_heads, head_dim], reading
+// keys/values 0..position of each token through its block table (K/V must already be written,
+// this token's included). Query head h uses KV head h / (num_heads / num_kv_heads). Scores are
+// scaled by `scale`, softmax is f32; keys are visited in increasing position order, so a token's
+// output does not depend on batching or on how its prefill was chunked.
+void PagedAttention(const float* q, int64_t m, int64_t num_heads, const AttentionToken* tokens,
+                    const PagedKvLayout& layout, const float* k_cache, const float* v_cache,
+                    float scale, float* out, ThreadPool* pool);
+
+// Converts n elements of `src` (dtype) to f32 (embedding rows, norms).
+void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst);
+
+// Which SIMD path the dispatcher picked on this machine: "avx512", "avx2" or "portable".
+const char* ActiveIsa();
+
+}  // namespace moe::kernels

@@ -1,0 +1,30 @@
+// A fixed pool of worker threads for data-parallel kernels. The calling thread takes part.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace moe::kernels {
+
+// Thread-safe for one caller at a time: ParallelFor calls must not overlap on the same pool
+// (each engine owns its pool). Destruction joins the workers.
+class ThreadPool {
+ public:
+  // num_threads >= 1 counts the caller: ThreadPool(2) starts one worker thread.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const;
+
+  // Runs fn(begin, end) over [0, n) split into at most num_threads contiguous ranges (each a
+  // multiple of `grain` except the last), and returns when all are done.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace moe::kernels

@@ -1,0 +1,57 @@
+// The architecture of a Mixture-of-Experts decoder, parsed from a Hugging Face config.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/tensor/dtype.h"
+
+namespace moe::model {
+
+enum class Arch : uint8_t { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
+
+// Plain data. Field names follow HF config.json where one exists.
+struct ModelConfig {
+  Arch arch = Arch::kMixtral;
+  std::string architecture;  // "MixtralForCausalLM", ...
+  std::string model_type;    // "mixtral", "qwen2_moe", "qwen3_moe", "olmoe"
+  common::DType dtype = common::DType::kF32;  // torch_dtype of the stored weights
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // hidden_size / num_attention_heads unless config.json says otherwise
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2-MoE: true)
+  // Per-head RMSNorm of q and k (Qwen3-MoE: over head_dim) or over the whole projection
+  // (OLMoE: over num_heads*head_dim for q, num_kv_heads*head_dim for k).
+  bool qk_norm = false;
+  bool qk_norm_per_head = false;
+
+  // Mixture of experts.
+  int64_t num_experts = 0;           // num_local_experts (Mixtral) / num_experts
+  int64_t num_experts_per_tok = 0;   // top-k
+  int64_t moe_intermediate_size = 0; // per-expert FFN width (Mixtral: intermediate_size)
+  bool norm_topk_prob = true;        // renormalise the top-k gate weights (Mixtral: always)
+  // Qwen2-MoE shared expert (0 = none), gated by sigmoid(shared_expert_gate · x).
+  int64_t shared_expert_intermediate_size = 0;
+  // Layers that are dense MLP instead of MoE (Qwen: mlp_only_layers, decoder_sparse_step).
+  int64_t decoder_sparse_step = 1;
+  int64_t intermediate_size = 0;  // dense MLP width where a layer is dense
+
+  int64_t bos_token_id = -1;
+  int64_t eos_token_id = -1;
+
+  // True when layer `layer_idx` has experts (else a dense MLP of intermediate_size).
+  bool IsMoeLayer(int64_t layer_idx) const {
+    return num_experts > 0 && decoder_sparse_step > 0 && (layer_idx + 1) % decoder_sparse_step == 0;
+  }
+};
+
+}  // namespace moe::model

@@ -1,0 +1,43 @@
+// Views of a model's weights, as stored (memory-mapped safetensors; never copied twice).
+// Every view points into memory owned by the ModelWeights' loader and is valid while it lives.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/kernels/kernels.h"
+
+namespace moe::model {
+
+using kernels::WeightView;  // data == nullptr means "absent" (e.g. no bias)
+
+// One expert's SwiGLU FFN: down(silu(gate x) * up x). HF names: Mixtral w1/w3/w2,
+// Qwen/OLMoE gate_proj/up_proj/down_proj.
+struct ExpertWeights {
+  WeightView gate;  // [moe_intermediate_size, hidden]  (w1)
+  WeightView up;    // [moe_intermediate_size, hidden]  (w3)
+  WeightView down;  // [hidden, moe_intermediate_size]  (w2)
+};
+
+struct LayerWeights {
+  WeightView input_norm;     // [hidden]
+  WeightView post_attn_norm; // [hidden]
+  WeightView q_proj, k_proj, v_proj, o_proj;
+  WeightView q_bias, k_bias, v_bias;  // Qwen2-MoE only
+  WeightView q_norm, k_norm;          // Qwen3-MoE ([head_dim]) / OLMoE ([heads*head_dim])
+  WeightView router;                  // [num_experts, hidden] gate
+  // Indexed by expert id; an expert not loaded in this process has null views.
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared_expert;  // Qwen2-MoE
+  WeightView shared_expert_gate;  // [1, hidden]
+  ExpertWeights dense_mlp;        // a layer without experts
+};
+
+struct ModelWeights {
+  WeightView embed_tokens;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  WeightView final_norm;  // [hidden]
+  WeightView lm_head;     // [vocab, hidden] (== embed_tokens when tied)
+};
+
+}  // namespace moe::model
