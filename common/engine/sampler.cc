@@ -1,0 +1,198 @@
+#include "common/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace moe::engine {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int32_t ArgMax(const float* l, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (l[i] > l[best]) best = i;  // strict: ties keep the lower id
+  }
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace
+
+double CounterUniform(uint64_t seed, uint64_t counter) {
+  const uint64_t r = Mix64(Mix64(seed + 0x9e3779b97f4a7c15ull) ^ (counter * 0xd1b54a32d192ed03ull));
+  return static_cast<double>(r >> 11) * 0x1.0p-53;
+}
+
+void LogSoftmax(const float* logits, int64_t n, float* out) {
+  float mx = kNegInf;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(logits[i] - lse);
+}
+
+absl::Status SamplingParams::Validate(int64_t vocab_size) const {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+    return bad("temperature must be >= 0, got ", temperature);
+  }
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p must be in (0, 1], got ", top_p);
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return bad("min_p must be in [0, 1], got ", min_p);
+  if (top_k < -1) return bad("top_k must be -1, 0 (off) or positive, got ", top_k);
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return bad("repetition_penalty must be > 0, got ", repetition_penalty);
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return bad("frequency_penalty must be in [-2, 2], got ", frequency_penalty);
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return bad("presence_penalty must be in [-2, 2], got ", presence_penalty);
+  }
+  if (max_tokens < 0) return bad("max_tokens must be >= 0, got ", max_tokens);
+  if (logprobs < -1 || logprobs > vocab_size) {
+    return bad("logprobs must be in [-1, ", vocab_size, "], got ", logprobs);
+  }
+  for (const auto& [id, b] : logit_bias) {
+    if (id < 0 || id >= vocab_size) return bad("logit_bias: token id ", id, " outside vocabulary");
+    if (!(b >= -100.0f && b <= 100.0f)) return bad("logit_bias: bias ", b, " not in [-100, 100]");
+  }
+  for (int32_t id : stop_token_ids) {
+    if (id < 0 || id >= vocab_size) return bad("stop_token_ids: ", id, " outside vocabulary");
+  }
+  return absl::OkStatus();
+}
+
+SequenceSampler::SequenceSampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids,
+                                 int64_t vocab_size, uint64_t seed)
+    : params_(params), vocab_(vocab_size), seed_(params.seed.value_or(seed)) {
+  penalize_ = params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+              params_.presence_penalty != 0.0f;
+  if (penalize_) output_counts_.assign(static_cast<size_t>(vocab_), 0);
+  if (params_.repetition_penalty != 1.0f) {
+    in_prompt_.assign(static_cast<size_t>(vocab_), 0);
+    for (int32_t id : prompt_ids) {
+      if (id >= 0 && id < vocab_) in_prompt_[id] = 1;
+    }
+  }
+  work_.resize(static_cast<size_t>(vocab_));
+  if (!params_.greedy() || params_.logprobs >= 0) {
+    probs_.resize(static_cast<size_t>(vocab_));
+    idx_.resize(static_cast<size_t>(vocab_));
+  }
+}
+
+void SequenceSampler::ApplyBiasAndPenalties(float* l) const {
+  for (const auto& [id, b] : params_.logit_bias) l[id] += b;
+  if (!penalize_) return;
+  const float rep = params_.repetition_penalty;
+  for (int64_t i = 0; i < vocab_; ++i) {
+    const int32_t c = output_counts_[i];
+    if (rep != 1.0f && (c > 0 || in_prompt_[i])) l[i] = l[i] > 0 ? l[i] / rep : l[i] * rep;
+    if (c > 0) {
+      l[i] -= params_.frequency_penalty * static_cast<float>(c) + params_.presence_penalty;
+    }
+  }
+}
+
+int32_t SequenceSampler::Draw(float* l, uint64_t counter) {
+  if (params_.greedy()) return ArgMax(l, vocab_);
+  const float inv_t = 1.0f / params_.temperature;
+  float mx = kNegInf;
+  for (int64_t i = 0; i < vocab_; ++i) {
+    l[i] *= inv_t;
+    mx = std::max(mx, l[i]);
+  }
+  // e_i = exp(l_i - max) is p_i / p_max, so min_p masks e_i < min_p.
+  int64_t n = 0;
+  for (int64_t i = 0; i < vocab_; ++i) {
+    const float e = std::exp(l[i] - mx);
+    if (e > 0.0f && e >= params_.min_p) {
+      probs_[i] = e;
+      idx_[n++] = static_cast<int32_t>(i);
+    } else {
+      l[i] = kNegInf;
+      probs_[i] = 0.0f;
+    }
+  }
+  if (params_.top_k > 0 && params_.top_k < n) {
+    std::vector<int32_t>::iterator kth = idx_.begin() + (params_.top_k - 1);
+    std::nth_element(idx_.begin(), kth, idx_.begin() + n,
+                     [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    const float threshold = l[*kth];
+    int64_t kept = 0;
+    for (int64_t i = 0; i < vocab_; ++i) {  // rebuild in id order; ties with the k-th stay
+      if (probs_[i] > 0.0f && l[i] >= threshold) {
+        idx_[kept++] = static_cast<int32_t>(i);
+      } else {
+        probs_[i] = 0.0f;
+        l[i] = kNegInf;
+      }
+    }
+    n = kept;
+  }
+  if (params_.top_p < 1.0f) {
+    std::sort(idx_.begin(), idx_.begin() + n, [&](int32_t a, int32_t b) {
+      return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
+    });
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += probs_[idx_[i]];
+    double before = 0;
+    int64_t kept = 0;
+    while (kept < n && before < params_.top_p * total) before += probs_[idx_[kept++]];
+    for (int64_t i = kept; i < n; ++i) {
+      probs_[idx_[i]] = 0.0f;
+      l[idx_[i]] = kNegInf;
+    }
+    n = kept;
+  }
+  if (n == 0) return ArgMax(l, vocab_);  // every logit was -inf or NaN
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += probs_[idx_[i]];
+  const double target = CounterUniform(seed_, counter) * total;
+  double cum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cum += probs_[idx_[i]];
+    if (cum > target) return idx_[i];
+  }
+  return idx_[n - 1];  // rounding at the top end
+}
+
+void SequenceSampler::FillLogprobs(const float* l, SampledToken* out) {
+  // probs_ is free again after Draw; it holds the log-probabilities now.
+  LogSoftmax(l, vocab_, probs_.data());
+  out->logprob = probs_[out->token_id];
+  if (params_.logprobs <= 0) return;
+  std::iota(idx_.begin(), idx_.end(), 0);
+  const int64_t n = std::min<int64_t>(params_.logprobs, vocab_);
+  std::partial_sort(idx_.begin(), idx_.begin() + n, idx_.end(), [&](int32_t a, int32_t b) {
+    return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
+  });
+  out->top.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out->top[i] = {idx_[i], probs_[idx_[i]]};
+}
+
+SampledToken SequenceSampler::Sample(absl::Span<const float> logits) {
+  std::copy(logits.begin(), logits.end(), work_.begin());
+  ApplyBiasAndPenalties(work_.data());
+  SampledToken out;
+  out.token_id = Draw(work_.data(), static_cast<uint64_t>(num_sampled_));
+  if (params_.logprobs >= 0) {
+    FillLogprobs(params_.logprobs_mode == LogprobsMode::kRaw ? logits.data() : work_.data(), &out);
+  }
+  ++num_sampled_;
+  if (penalize_) ++output_counts_[out.token_id];
+  return out;
+}
+
+}  // namespace moe::engine

@@ -1,0 +1,101 @@
+// Token sampling with vLLM semantics, one random stream per request.
+//
+// Processing order for each step (as vLLM v1 does it):
+//   1. logit_bias: logits[id] += bias.
+//   2. penalties: repetition (over prompt and output tokens: a positive logit is divided by the
+//      penalty, a negative one multiplied), then frequency and presence (over output tokens only:
+//      logit -= frequency_penalty * count + presence_penalty * (count > 0)).
+//   3. greedy (temperature < 1e-5): argmax, ties to the lowest token id. Otherwise:
+//      temperature (logits / T), min_p (drop p < min_p * p_max), top_k (keep logits >= the k-th
+//      largest, ties kept), top_p (keep the most probable tokens, in descending order, while the
+//      mass before a token is < top_p), then one draw from the renormalised remainder.
+// Log-probabilities are the log-softmax of the RAW model logits by default (vLLM's default,
+// "raw_logprobs"); LogprobsMode::kProcessed returns them after steps 1-3 instead (masked tokens
+// -inf).
+//
+// Randomness: a counter-based generator keyed by (seed, output index), so a seeded request draws
+// the same numbers whatever it is batched with and however many steps other requests take.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace moe::engine {
+
+enum class LogprobsMode : uint8_t { kRaw, kProcessed };
+
+struct SamplingParams {
+  float temperature = 1.0f;                           // < 1e-5: greedy
+  int32_t top_k = 0;                                  // <= 0: off
+  float top_p = 1.0f;                                 // (0, 1]
+  float min_p = 0.0f;                                 // [0, 1]
+  std::optional<uint64_t> seed;                       // none: the generator draws one per request
+  float repetition_penalty = 1.0f;                    // > 0; 1 = off
+  float frequency_penalty = 0.0f;                     // [-2, 2]
+  float presence_penalty = 0.0f;                      // [-2, 2]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
+  std::vector<int32_t> stop_token_ids;  // finish (reason stop) after emitting one of these
+  int32_t max_tokens = 16;              // >= 0
+  bool ignore_eos = false;              // do not stop at the model's EOS ids
+  int32_t logprobs = -1;                // -1: none; 0: the sampled token's; N: also the top N
+  LogprobsMode logprobs_mode = LogprobsMode::kRaw;
+
+  bool greedy() const { return temperature < 1e-5f; }
+  // InvalidArgument naming the field (ids are checked against vocab_size).
+  absl::Status Validate(int64_t vocab_size) const;
+};
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  int32_t token_id = 0;
+  float logprob = 0.0f;           // filled when params.logprobs >= 0
+  std::vector<TokenLogprob> top;  // params.logprobs entries, descending (ties: lower id first)
+};
+
+// The sampling state of one request: its random stream and the token counts the penalties need.
+// Thread-compatible (one sequence, one thread at a time). Scratch is per instance and sized once.
+class SequenceSampler {
+ public:
+  // REQUIRES: params.Validate(vocab_size) is OK. `seed` is used when params.seed is unset.
+  SequenceSampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids,
+                  int64_t vocab_size, uint64_t seed);
+
+  // Picks the next token from `logits` [vocab] (not modified) and records it as output.
+  SampledToken Sample(absl::Span<const float> logits);
+
+  int64_t num_sampled() const { return num_sampled_; }
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void ApplyBiasAndPenalties(float* l) const;
+  int32_t Draw(float* l, uint64_t counter);
+  void FillLogprobs(const float* l, SampledToken* out);
+
+  SamplingParams params_;
+  int64_t vocab_;
+  uint64_t seed_;
+  int64_t num_sampled_ = 0;
+  bool penalize_ = false;
+  std::vector<uint8_t> in_prompt_;      // [vocab] when repetition_penalty != 1
+  std::vector<int32_t> output_counts_;  // [vocab] when any penalty is on
+  std::vector<float> work_;             // [vocab]
+  std::vector<float> probs_;            // [vocab]
+  std::vector<int32_t> idx_;            // [vocab]
+};
+
+// A uniform double in [0, 1) from (seed, counter): SplitMix64 finalisers, no state.
+double CounterUniform(uint64_t seed, uint64_t counter);
+
+// log_softmax of logits[n] into out[n] (f32 inputs, double accumulation; -inf stays -inf).
+void LogSoftmax(const float* logits, int64_t n, float* out);
+
+}  // namespace moe::engine
