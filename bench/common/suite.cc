@@ -1,0 +1,17 @@
+#include "bench/common/suite.h"
+
+#include <utility>
+
+namespace moe::bench {
+
+std::map<std::string, Suite>& Suites() {
+  static std::map<std::string, Suite> suites;
+  return suites;
+}
+
+bool RegisterSuite(Suite suite) {
+  std::string name = suite.name;
+  return Suites().emplace(std::move(name), std::move(suite)).second;
+}
+
+}  // namespace moe::bench

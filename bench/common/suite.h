@@ -1,0 +1,42 @@
+// The registry behind `moe bench SUITE`: each bench/<suite>/ library registers one suite with
+// MOE_REGISTER_BENCH_SUITE and links itself into the CLI whole-archive (see
+// bench/engine/CMakeLists.txt), so `moe bench all` finds every suite the build has.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/common/bench_report.h"
+
+namespace moe::bench {
+
+// Flags common to every suite (DESIGN.md §6).
+struct SuiteOptions {
+  std::string preset = "bench";  // a `moe make-model` preset generated for the run...
+  std::string model_dir;         // ...or an existing checkpoint (wins over preset)
+  std::string arch = "mixtral";  // for presets
+  std::string dtype = "bf16";    // for presets: f32, bf16, f16
+  int threads = 2;
+  // Where generated preset checkpoints are cached between runs ("" = $MOE_BENCH_CACHE or
+  // /tmp/moe-bench-cache).
+  std::string cache_dir;
+  bool quick = false;  // fewer iterations (smoke tests)
+};
+
+using SuiteFn = std::function<absl::StatusOr<BenchReport>(const SuiteOptions&)>;
+
+struct Suite {
+  std::string name;
+  std::string summary;
+  SuiteFn run;
+};
+
+std::map<std::string, Suite>& Suites();
+bool RegisterSuite(Suite suite);
+
+}  // namespace moe::bench
+
+#define MOE_REGISTER_BENCH_SUITE(name, summary, fn) \
+  static const bool moe_bench_registered_##fn = ::moe::bench::RegisterSuite({name, summary, fn})
