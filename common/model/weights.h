@@ -10,6 +10,7 @@
 namespace moe::model {
 
 using kernels::WeightView;  // data == nullptr means "absent" (e.g. no bias)
+// Convention: a 1-D tensor [n] (norm weights, biases) is the view rows = 1, cols = n.
 
 // One expert's SwiGLU FFN: down(silu(gate x) * up x). HF names: Mixtral w1/w3/w2,
 // Qwen/OLMoE gate_proj/up_proj/down_proj.
@@ -20,17 +21,18 @@ struct ExpertWeights {
 };
 
 struct LayerWeights {
-  WeightView input_norm;     // [hidden]
-  WeightView post_attn_norm; // [hidden]
+  WeightView input_norm;      // [hidden]
+  WeightView post_attn_norm;  // [hidden]
   WeightView q_proj, k_proj, v_proj, o_proj;
-  WeightView q_bias, k_bias, v_bias;  // Qwen2-MoE only
+  WeightView q_bias, k_bias, v_bias;  // Qwen2-MoE (qkv_bias); Qwen3-MoE/OLMoE attention_bias
+  WeightView o_bias;                  // Qwen3-MoE/OLMoE attention_bias only
   WeightView q_norm, k_norm;          // Qwen3-MoE ([head_dim]) / OLMoE ([heads*head_dim])
-  WeightView router;                  // [num_experts, hidden] gate
+  WeightView router;                  // [num_experts, hidden] gate (MoE layers)
   // Indexed by expert id; an expert not loaded in this process has null views.
   std::vector<ExpertWeights> experts;
-  ExpertWeights shared_expert;  // Qwen2-MoE
+  ExpertWeights shared_expert;    // Qwen2-MoE
   WeightView shared_expert_gate;  // [1, hidden]
-  ExpertWeights dense_mlp;        // a layer without experts
+  ExpertWeights dense_mlp;        // a layer without experts ([intermediate_size, hidden] ...)
 };
 
 struct ModelWeights {
