@@ -1,0 +1,84 @@
+// Internal: the per-ISA kernel table behind kernels.h, and test hooks. Not for engine code.
+//
+// Each ISA translation unit (isa_portable.cc, isa_avx2.cc, isa_avx512.cc) is compiled with its own
+// target flags and exports one table of plain functions over plain pointers. Those units include
+// no code templates shared with the rest of the library (no std::vector, std::function, dtype.h
+// helpers): an inline function emitted there with AVX-512 instructions could otherwise be picked
+// by the linker for baseline callers. Threading and argument checks live in kernels.cc (baseline).
+#pragma once
+
+#include <cstdint>
+
+#include "common/kernels/kernels.h"
+
+namespace moe::kernels::internal {
+
+// Element types as plain ints in the ISA units (values of common::DType).
+inline constexpr int kDtF32 = 0;
+inline constexpr int kDtBf16 = 1;
+inline constexpr int kDtF16 = 2;
+
+// Fixed stack workspace limits of PagedAttention (checked in kernels.cc).
+inline constexpr int64_t kMaxHeadDim = 1024;
+inline constexpr int64_t kMaxBlockSize = 1024;
+
+struct MatMulArgs {
+  const float* x;  // [m, k]
+  int64_t m;
+  int64_t k;
+  const void* w;  // [n, k], dtype w_dtype
+  int w_dtype;
+  int64_t n;
+  const void* bias;  // [n] or null, dtype bias_dtype
+  int bias_dtype;
+  float* y;  // [m, n]
+};
+
+struct AttentionArgs {
+  const float* q;  // [m, num_heads, head_dim]
+  int64_t m;
+  int64_t num_heads;
+  const AttentionToken* tokens;
+  PagedKvLayout layout;
+  const float* k_cache;
+  const float* v_cache;
+  float scale;
+  float* out;
+};
+
+struct IsaKernels {
+  const char* name;
+  // Columns [n_begin, n_end) of y for all m rows.
+  void (*matmul)(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+  // weight is f32 [d].
+  void (*rms_norm)(const float* x, int64_t m, int64_t d, const float* weight, float eps,
+                   float* out);
+  void (*softmax)(float* x, int64_t m, int64_t n);
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+  // Work items [begin, end) of the flattened (token, head) index token * num_heads + head.
+  void (*attention)(const AttentionArgs& a, int64_t begin, int64_t end);
+  // out[i] = ExpF(in[i]) (the one exp of every path; see exp_impl.h).
+  void (*exp)(const float* in, float* out, int64_t n);
+  void (*convert)(const void* src, int dtype, int64_t n, float* dst);
+};
+
+extern const IsaKernels kPortableKernels;
+extern const IsaKernels kAvx2Kernels;
+extern const IsaKernels kAvx512Kernels;
+
+// The table in use: the best this CPU supports, unless MOE_KERNELS_ISA=avx512|avx2|portable was
+// set in the environment at first use, or ForceIsaForTesting overrode it.
+const IsaKernels& Active();
+
+// Whether this CPU (and OS) can run the named path.
+bool IsaSupported(const char* isa);
+
+// Switches every later kernel call to `isa` ("avx512", "avx2", "portable"), or back to the
+// automatic choice for nullptr. Returns false (and changes nothing) if the CPU lacks it.
+// Not thread-safe with concurrent kernel calls; for tests and benchmarks.
+bool ForceIsaForTesting(const char* isa);
+
+// ExpF on the active path, for tests.
+void ExpForTesting(const float* in, float* out, int64_t n);
+
+}  // namespace moe::kernels::internal

@@ -1,0 +1,176 @@
+// The AVX2 + FMA + F16C path: the contract's 16 lanes live in two ymm registers (lo = lanes 0-7,
+// hi = lanes 8-15).
+#define MOE_ISA_NS avx2
+#include "common/kernels/isa_common.inc"
+
+namespace moe::kernels::avx2 {
+namespace {
+
+using internal::kDtBf16;
+using internal::kDtF16;
+using internal::kDtF32;
+
+// 8 weights from element `idx` of W as f32 (exact).
+template <int DT>
+inline __m256 LoadW8(const void* w, int64_t idx) {
+  if constexpr (DT == kDtF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + idx);
+  } else {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + idx));
+    if constexpr (DT == kDtBf16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm256_cvtph_ps(h);
+    }
+  }
+}
+
+inline float LoadElem(const void* p, int dtype, int64_t i) {
+  if (dtype == kDtF32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  if (dtype == kDtBf16) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+  return _cvtsh_ss(h);
+}
+
+constexpr int64_t kPrefetchBytes = 1024;
+
+template <int DT, int MR, int NR>
+void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
+  constexpr int64_t kElem = DT == kDtF32 ? 4 : 2;
+  const int64_t k = a.k;
+  const float* x = a.x + i0 * k;
+  __m256 lo[MR][NR], hi[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) lo[i][r] = hi[i][r] = _mm256_setzero_ps();
+  }
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    __m256 wl[NR], wh[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      const int64_t idx = (j0 + r) * k + p;
+      if constexpr (MR == 1) {
+        _mm_prefetch(static_cast<const char*>(a.w) + idx * kElem + kPrefetchBytes, _MM_HINT_T0);
+      }
+      wl[r] = LoadW8<DT>(a.w, idx);
+      wh[r] = LoadW8<DT>(a.w, idx + 8);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xl = _mm256_loadu_ps(x + i * k + p);
+      const __m256 xh = _mm256_loadu_ps(x + i * k + p + 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) {
+        lo[i][r] = _mm256_fmadd_ps(xl, wl[r], lo[i][r]);
+        hi[i][r] = _mm256_fmadd_ps(xh, wh[r], hi[i][r]);
+      }
+    }
+  }
+  if (p < k) {  // zero-padded tail, as the masked loads of the AVX-512 path
+    const int64_t rem = k - p;
+    alignas(32) float wt[NR][16] = {};
+    alignas(32) float xt[16] = {};
+    for (int r = 0; r < NR; ++r) {
+      for (int64_t l = 0; l < rem; ++l) wt[r][l] = LoadElem(a.w, DT, (j0 + r) * k + p + l);
+    }
+    for (int i = 0; i < MR; ++i) {
+      std::memcpy(xt, x + i * k + p, rem * sizeof(float));
+      const __m256 xl = _mm256_load_ps(xt);
+      const __m256 xh = _mm256_load_ps(xt + 8);
+      for (int r = 0; r < NR; ++r) {
+        lo[i][r] = _mm256_fmadd_ps(xl, _mm256_load_ps(wt[r]), lo[i][r]);
+        hi[i][r] = _mm256_fmadd_ps(xh, _mm256_load_ps(wt[r] + 8), hi[i][r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    float* y = a.y + (i0 + i) * a.n + j0;
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      float v = Reduce8x2(lo[i][r], hi[i][r]);
+      if (a.bias != nullptr) v = v + LoadElem(a.bias, a.bias_dtype, j0 + r);
+      y[r] = v;
+    }
+  }
+}
+
+constexpr int kMR = 2;
+constexpr int kNR = 2;
+constexpr int kNR1 = 4;
+
+using TileFn = void (*)(const internal::MatMulArgs&, int64_t, int64_t);
+
+template <int DT>
+TileFn PickTile(int64_t mr, int64_t nr) {
+  static_assert(kMR == 2 && kNR == 2);
+  if (mr == 1) return nr == 1 ? &Tile<DT, 1, 1> : &Tile<DT, 1, 2>;
+  return nr == 1 ? &Tile<DT, 2, 1> : &Tile<DT, 2, 2>;
+}
+
+template <int DT>
+void MatMulTyped(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.m == 1) {
+    int64_t j = n_begin;
+    for (; j + kNR1 <= n_end; j += kNR1) Tile<DT, 1, kNR1>(a, 0, j);
+    for (; j < n_end; ++j) Tile<DT, 1, 1>(a, 0, j);
+    return;
+  }
+  int64_t mc = (256 * 1024) / (a.k * 4);
+  mc = mc < kMR ? kMR : mc / kMR * kMR;
+  for (int64_t mb = 0; mb < a.m; mb += mc) {
+    const int64_t me = mb + mc < a.m ? mb + mc : a.m;
+    for (int64_t j = n_begin; j < n_end; j += kNR) {
+      const int64_t nr = n_end - j < kNR ? n_end - j : kNR;
+      for (int64_t i = mb; i < me; i += kMR) {
+        const int64_t mr = me - i < kMR ? me - i : kMR;
+        PickTile<DT>(mr, nr)(a, i, j);
+      }
+    }
+  }
+}
+
+void MatMulImpl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.w_dtype) {
+    case kDtBf16:
+      return MatMulTyped<kDtBf16>(a, n_begin, n_end);
+    case kDtF16:
+      return MatMulTyped<kDtF16>(a, n_begin, n_end);
+    default:
+      return MatMulTyped<kDtF32>(a, n_begin, n_end);
+  }
+}
+
+void ConvertImpl(const void* src, int dtype, int64_t n, float* dst) {
+  int64_t i = 0;
+  if (dtype == kDtBf16) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, LoadW8<kDtBf16>(src, i));
+  } else if (dtype == kDtF16) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, LoadW8<kDtF16>(src, i));
+  }
+  for (; i < n; ++i) dst[i] = LoadElem(src, dtype, i);
+}
+
+}  // namespace
+}  // namespace moe::kernels::avx2
+
+namespace moe::kernels::internal {
+const IsaKernels kAvx2Kernels = {
+    "avx2",
+    &avx2::MatMulImpl,
+    &avx2::RmsNormImpl,
+    &avx2::SoftmaxImpl,
+    &avx2::SiluMulImpl,
+    &avx2::AttentionImpl,
+    &avx2::ExpArray,
+    &avx2::ConvertImpl,
+};
+}  // namespace moe::kernels::internal

@@ -1,0 +1,210 @@
+// The AVX-512 path (F/BW/VL/DQ + FMA): one zmm holds the contract's 16 lanes.
+#define MOE_ISA_NS avx512
+#include "common/kernels/isa_common.inc"
+
+namespace moe::kernels::avx512 {
+namespace {
+
+using internal::kDtBf16;
+using internal::kDtF16;
+using internal::kDtF32;
+
+// 16 weights from element `idx` of W, converted exactly to f32 (masked: zeros past the mask).
+template <int DT>
+inline __m512 LoadW(const void* w, int64_t idx) {
+  if constexpr (DT == kDtF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + idx);
+  } else {
+    const __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + idx));
+    if constexpr (DT == kDtBf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+template <int DT>
+inline __m512 LoadWMasked(const void* w, int64_t idx, __mmask16 mask) {
+  if constexpr (DT == kDtF32) {
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + idx);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + idx);
+    if constexpr (DT == kDtBf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+inline float LoadElem(const void* p, int dtype, int64_t i) {
+  if (dtype == kDtF32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  if (dtype == kDtBf16) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+  return _cvtsh_ss(h);
+}
+
+// Prefetch distance for the streamed weight rows (bytes ahead of the current load).
+constexpr int64_t kPrefetchBytes = 1024;
+
+// One MR x NR tile of y: rows i0.. of x against rows j0.. of W, each output one 16-lane chain
+// (k order, fma, zero-padded tail) reduced by the contract's tree.
+template <int DT, int MR, int NR>
+void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
+  constexpr int64_t kElem = DT == kDtF32 ? 4 : 2;
+  const int64_t k = a.k;
+  const float* x = a.x + i0 * k;
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    __m512 wv[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      const int64_t idx = (j0 + r) * k + p;
+      if constexpr (MR <= 2) {
+        _mm_prefetch(static_cast<const char*>(a.w) + idx * kElem + kPrefetchBytes, _MM_HINT_T0);
+      }
+      wv[r] = LoadW<DT>(a.w, idx);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * k + p);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
+  }
+  if (p < k) {
+    const __mmask16 mask = TailMask(k - p);
+    __m512 wv[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) wv[r] = LoadWMasked<DT>(a.w, (j0 + r) * k + p, mask);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * k + p);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
+  }
+  float bias[NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r)
+    bias[r] = a.bias != nullptr ? LoadElem(a.bias, a.bias_dtype, j0 + r) : 0.0f;
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    float* y = a.y + (i0 + i) * a.n + j0;
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      float v = Reduce16(acc[i][r]);
+      if (a.bias != nullptr) v = v + bias[r];
+      y[r] = v;
+    }
+  }
+}
+
+// Register tile sizes: kMR x rows share each W load; m = 1 streams kNR1 rows at once.
+constexpr int kMR = 4;
+constexpr int kNR = 4;
+constexpr int kNR1 = 4;
+
+using TileFn = void (*)(const internal::MatMulArgs&, int64_t, int64_t);
+
+// Tile<DT, mr, nr> for 1 <= mr <= kMR, 1 <= nr <= kNR (plain switches: no shared templates).
+template <int DT, int MR>
+TileFn PickNr(int64_t nr) {
+  static_assert(kNR == 4);
+  switch (nr) {
+    case 1:
+      return &Tile<DT, MR, 1>;
+    case 2:
+      return &Tile<DT, MR, 2>;
+    case 3:
+      return &Tile<DT, MR, 3>;
+    default:
+      return &Tile<DT, MR, 4>;
+  }
+}
+template <int DT>
+TileFn PickTile(int64_t mr, int64_t nr) {
+  static_assert(kMR == 4);
+  switch (mr) {
+    case 1:
+      return PickNr<DT, 1>(nr);
+    case 2:
+      return PickNr<DT, 2>(nr);
+    case 3:
+      return PickNr<DT, 3>(nr);
+    default:
+      return PickNr<DT, 4>(nr);
+  }
+}
+
+template <int DT>
+void MatMulTyped(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.m == 1) {
+    int64_t j = n_begin;
+    for (; j + kNR1 <= n_end; j += kNR1) Tile<DT, 1, kNR1>(a, 0, j);
+    for (; j < n_end; ++j) Tile<DT, 1, 1>(a, 0, j);
+    return;
+  }
+  // Rows of x per block: about 256 KiB (stays in L2 while the thread's W rows stream past).
+  int64_t mc = (256 * 1024) / (a.k * 4);
+  mc = mc < kMR ? kMR : mc / kMR * kMR;
+  for (int64_t mb = 0; mb < a.m; mb += mc) {
+    const int64_t me = mb + mc < a.m ? mb + mc : a.m;
+    for (int64_t j = n_begin; j < n_end; j += kNR) {
+      const int64_t nr = n_end - j < kNR ? n_end - j : kNR;
+      for (int64_t i = mb; i < me; i += kMR) {
+        const int64_t mr = me - i < kMR ? me - i : kMR;
+        PickTile<DT>(mr, nr)(a, i, j);
+      }
+    }
+  }
+}
+
+void MatMulImpl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.w_dtype) {
+    case kDtBf16:
+      return MatMulTyped<kDtBf16>(a, n_begin, n_end);
+    case kDtF16:
+      return MatMulTyped<kDtF16>(a, n_begin, n_end);
+    default:
+      return MatMulTyped<kDtF32>(a, n_begin, n_end);
+  }
+}
+
+void ConvertImpl(const void* src, int dtype, int64_t n, float* dst) {
+  int64_t i = 0;
+  if (dtype == kDtBf16) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, LoadW<kDtBf16>(src, i));
+  } else if (dtype == kDtF16) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, LoadW<kDtF16>(src, i));
+  }
+  for (; i < n; ++i) dst[i] = LoadElem(src, dtype, i);
+}
+
+}  // namespace
+}  // namespace moe::kernels::avx512
+
+namespace moe::kernels::internal {
+const IsaKernels kAvx512Kernels = {
+    "avx512",
+    &avx512::MatMulImpl,
+    &avx512::RmsNormImpl,
+    &avx512::SoftmaxImpl,
+    &avx512::SiluMulImpl,
+    &avx512::AttentionImpl,
+    &avx512::ExpArray,
+    &avx512::ConvertImpl,
+};
+}  // namespace moe::kernels::internal

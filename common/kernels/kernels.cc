@@ -1,0 +1,239 @@
+// Public kernel entry points: argument checks, threading, dispatch to the per-ISA table, and the
+// small kernels that need no SIMD (RoPE, top-k, KV writes).
+#include "common/kernels/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/base/check.h"
+#include "common/kernels/dispatch.h"
+#include "common/kernels/exp_impl.h"
+
+namespace moe::kernels {
+namespace internal {
+namespace {
+
+const IsaKernels* AutoChoice() {
+  if (const char* env = std::getenv("MOE_KERNELS_ISA"); env != nullptr && *env != '\0') {
+    if (std::strcmp(env, "avx512") == 0 && IsaSupported("avx512")) return &kAvx512Kernels;
+    if (std::strcmp(env, "avx2") == 0 && IsaSupported("avx2")) return &kAvx2Kernels;
+    if (std::strcmp(env, "portable") == 0) return &kPortableKernels;
+  }
+  if (IsaSupported("avx512")) return &kAvx512Kernels;
+  if (IsaSupported("avx2")) return &kAvx2Kernels;
+  return &kPortableKernels;
+}
+
+std::atomic<const IsaKernels*> g_forced{nullptr};
+
+}  // namespace
+
+bool IsaSupported(const char* isa) {
+  if (std::strcmp(isa, "portable") == 0) return true;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  if (std::strcmp(isa, "avx2") == 0) return avx2;
+  if (std::strcmp(isa, "avx512") == 0) {
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+#endif
+  return false;
+}
+
+const IsaKernels& Active() {
+  if (const IsaKernels* forced = g_forced.load(std::memory_order_relaxed)) return *forced;
+  static const IsaKernels* const chosen = AutoChoice();
+  return *chosen;
+}
+
+bool ForceIsaForTesting(const char* isa) {
+  if (isa == nullptr) {
+    g_forced.store(nullptr);
+    return true;
+  }
+  if (!IsaSupported(isa)) return false;
+  const IsaKernels* table = std::strcmp(isa, "avx512") == 0 ? &kAvx512Kernels
+                            : std::strcmp(isa, "avx2") == 0 ? &kAvx2Kernels
+                                                            : &kPortableKernels;
+  g_forced.store(table);
+  return true;
+}
+
+void ExpForTesting(const float* in, float* out, int64_t n) { Active().exp(in, out, n); }
+
+}  // namespace internal
+
+namespace {
+
+using internal::Active;
+
+// Below this many multiply-adds a matmul runs on the caller's thread (a pool wake-up costs more).
+constexpr int64_t kMinParallelMacs = 1 << 16;
+
+void Parallel(ThreadPool* pool, int64_t n, int64_t grain,
+              const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool == nullptr || pool->num_threads() <= 1) {
+    if (n > 0) fn(0, n);
+  } else {
+    pool->ParallelFor(n, grain, fn);
+  }
+}
+
+// f32 copy of a small weight vector (norm weights), reusing a per-thread buffer.
+const float* AsF32(const WeightView& w, int64_t n) {
+  if (w.dtype == DType::kF32) return static_cast<const float*>(w.data);
+  thread_local std::vector<float> buf;
+  buf.resize(n);
+  Active().convert(w.data, static_cast<int>(w.dtype), n, buf.data());
+  return buf.data();
+}
+
+}  // namespace
+
+void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool,
+            const WeightView* bias) {
+  MOE_CHECK(m >= 0 && w.rows >= 0 && w.cols >= 1);
+  if (m == 0 || w.rows == 0) return;
+  const bool has_bias = bias != nullptr && bias->data != nullptr;
+  const internal::MatMulArgs args{x,
+                                  m,
+                                  w.cols,
+                                  w.data,
+                                  static_cast<int>(w.dtype),
+                                  w.rows,
+                                  has_bias ? bias->data : nullptr,
+                                  has_bias ? static_cast<int>(bias->dtype) : 0,
+                                  y};
+  const auto& isa = Active();
+  if (pool == nullptr || m * w.rows * w.cols < kMinParallelMacs) {
+    isa.matmul(args, 0, w.rows);
+    return;
+  }
+  Parallel(pool, w.rows, 16, [&](int64_t b, int64_t e) { isa.matmul(args, b, e); });
+}
+
+void RmsNorm(const float* x, int64_t m, int64_t d, const WeightView& weight, float eps,
+             float* out) {
+  if (m <= 0 || d <= 0) return;
+  Active().rms_norm(x, m, d, AsF32(weight, d), eps, out);
+}
+
+void ApplyRope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+               const int32_t* positions, float theta) {
+  MOE_CHECK(rotary_dim % 2 == 0 && rotary_dim <= head_dim);
+  const int64_t half = rotary_dim / 2;
+  if (half == 0) return;
+  // As HF: inv_freq = 1 / theta ** (arange(0, dim, 2).float() / dim), all f32;
+  // freqs = float(pos) * inv_freq; emb = cat(freqs, freqs); x*cos + rotate_half(x)*sin.
+  thread_local std::vector<float> inv_freq, cos_v, sin_v;
+  inv_freq.resize(half);
+  cos_v.resize(half);
+  sin_v.resize(half);
+  for (int64_t j = 0; j < half; ++j) {
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(rotary_dim);
+    inv_freq[j] = 1.0f / std::pow(theta, exponent);
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    const float pos = static_cast<float>(positions[i]);
+    for (int64_t j = 0; j < half; ++j) {
+      const float angle = pos * inv_freq[j];
+      cos_v[j] = std::cos(angle);
+      sin_v[j] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < num_heads; ++h) {
+      float* v = x + (i * num_heads + h) * head_dim;
+      for (int64_t j = 0; j < half; ++j) {
+        const float x1 = v[j];
+        const float x2 = v[j + half];
+        v[j] = x1 * cos_v[j] + (-x2) * sin_v[j];
+        v[j + half] = x2 * cos_v[j] + x1 * sin_v[j];
+      }
+    }
+  }
+}
+
+void Softmax(float* x, int64_t m, int64_t n) {
+  if (m <= 0 || n <= 0) return;
+  Active().softmax(x, m, n);
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  if (n <= 0) return;
+  Active().silu_mul(gate, up, n);
+}
+
+void TopKGating(const float* logits, int64_t m, int64_t num_experts, int64_t k, bool normalize,
+                TopK out) {
+  MOE_CHECK(k >= 1 && k <= num_experts);
+  thread_local std::vector<float> probs;
+  thread_local std::vector<int32_t> ids;
+  probs.resize(num_experts);
+  ids.resize(num_experts);
+  for (int64_t i = 0; i < m; ++i) {
+    std::memcpy(probs.data(), logits + i * num_experts, num_experts * sizeof(float));
+    Active().softmax(probs.data(), 1, num_experts);
+    for (int64_t e = 0; e < num_experts; ++e) ids[e] = static_cast<int32_t>(e);
+    // Descending weight, ties broken by the lower expert id.
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+    });
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += probs[ids[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      out.expert_ids[i * k + j] = ids[j];
+      out.weights[i * k + j] = normalize ? probs[ids[j]] / sum : probs[ids[j]];
+    }
+  }
+}
+
+void WriteKv(const float* k, const float* v, int64_t m, const AttentionToken* tokens,
+             const PagedKvLayout& layout, float* k_cache, float* v_cache) {
+  const int64_t row = layout.num_kv_heads * layout.head_dim;
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t pos = tokens[i].position;
+    const int64_t block = tokens[i].block_table[pos / layout.block_size];
+    MOE_DCHECK(block >= 0 && block < layout.num_blocks);
+    const int64_t off = (block * layout.block_size + pos % layout.block_size) * row;
+    std::memcpy(k_cache + off, k + i * row, row * sizeof(float));
+    std::memcpy(v_cache + off, v + i * row, row * sizeof(float));
+  }
+}
+
+void PagedAttention(const float* q, int64_t m, int64_t num_heads, const AttentionToken* tokens,
+                    const PagedKvLayout& layout, const float* k_cache, const float* v_cache,
+                    float scale, float* out, ThreadPool* pool) {
+  if (m <= 0) return;
+  MOE_CHECK(layout.head_dim >= 1 && layout.head_dim <= internal::kMaxHeadDim);
+  MOE_CHECK(layout.block_size >= 1 && layout.block_size <= internal::kMaxBlockSize);
+  MOE_CHECK(layout.num_kv_heads >= 1 && num_heads % layout.num_kv_heads == 0);
+  const internal::AttentionArgs args{q, m, num_heads, tokens, layout, k_cache, v_cache, scale, out};
+  const auto& isa = Active();
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  if (m < 2 * threads) {  // decode: split the (token, head) items evenly
+    Parallel(pool, m * num_heads, 1, [&](int64_t b, int64_t e) { isa.attention(args, b, e); });
+    return;
+  }
+  // Prefill: causal rows grow with position, so deal tokens round-robin for balance.
+  Parallel(pool, threads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = t; i < m; i += threads)
+        isa.attention(args, i * num_heads, (i + 1) * num_heads);
+    }
+  });
+}
+
+void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst) {
+  if (n <= 0) return;
+  Active().convert(src, static_cast<int>(dtype), n, dst);
+}
+
+const char* ActiveIsa() { return Active().name; }
+
+}  // namespace moe::kernels

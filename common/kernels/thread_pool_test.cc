@@ -1,0 +1,78 @@
+#include "common/kernels/thread_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace moe::kernels {
+namespace {
+
+TEST(ThreadPoolTest, CoversRangeExactlyOnceInGrainMultiples) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.num_threads(), threads);
+    for (int64_t n : {1, 2, 7, 16, 100, 1001}) {
+      for (int64_t grain : {1, 4, 16}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::mutex mu;
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+          std::lock_guard<std::mutex> lock(mu);
+          ranges.emplace_back(b, e);
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << grain;
+        EXPECT_LE(ranges.size(), static_cast<size_t>(threads));
+        for (auto [b, e] : ranges) {
+          EXPECT_EQ(b % grain, 0);
+          if (e != n) {
+            EXPECT_EQ((e - b) % grain, 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, UsesSeveralThreads) {
+  ThreadPool pool(2);
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  pool.ParallelFor(2, 1, [&](int64_t, int64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ids.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_TRUE(ids.count(std::this_thread::get_id()));
+}
+
+TEST(ThreadPoolTest, ManyBackToBackCallsSeeAllWritesOfThePrevious) {
+  ThreadPool pool(3);
+  std::vector<int64_t> data(300, 0);
+  for (int iter = 0; iter < 2000; ++iter) {
+    pool.ParallelFor(300, 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) data[i] += 1;
+    });
+  }
+  for (int64_t v : data) ASSERT_EQ(v, 2000);
+}
+
+TEST(ThreadPoolTest, WakesAfterWorkersSleep) {
+  ThreadPool pool(2);
+  std::atomic<int> count{0};
+  for (int round = 0; round < 3; ++round) {
+    // Long enough for the worker to stop spinning and sleep on the futex.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pool.ParallelFor(2, 1, [&](int64_t b, int64_t e) { count.fetch_add(static_cast<int>(e - b)); });
+  }
+  EXPECT_EQ(count.load(), 6);
+}
+
+}  // namespace
+}  // namespace moe::kernels
