@@ -6,6 +6,7 @@
 // the test checks that every computed position of every live sequence reads its own correct
 // fingerprint through its block table: a prefix hit, a copy or an eviction that served wrong
 // K/V would show up as a mismatch. Structural invariants are checked after every op as well.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <random>

@@ -1,5 +1,6 @@
 #include "common/kv/block_manager.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,7 +48,7 @@ class MostRecentFirstPolicy final : public EvictionPolicy {
   bool Contains(int32_t b) const override {
     return std::find(held_.begin(), held_.end(), b) != held_.end();
   }
-  std::vector<int32_t> EvictionOrder() const { return {held_.rbegin(), held_.rend()}; }
+  std::vector<int32_t> EvictionOrder() const override { return {held_.rbegin(), held_.rend()}; }
 
  private:
   std::vector<int32_t> held_;
