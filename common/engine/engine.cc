@@ -1,0 +1,418 @@
+#include "common/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/local_expert_executor.h"
+
+namespace moe::engine {
+namespace {
+
+using kernels::WeightView;
+using model::Arch;
+
+absl::Status CheckView(const WeightView& w, int64_t rows, int64_t cols, const std::string& name) {
+  if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("engine: missing ", name));
+  if (w.rows * w.cols != rows * cols || (cols > 1 && rows > 1 && w.cols != cols)) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: ", name, " is [", w.rows, ", ", w.cols,
+                                                   "], want [", rows, ", ", cols, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFfn(const model::ExpertWeights& w, int64_t hidden, int64_t inter,
+                      const std::string& name) {
+  if (absl::Status s = CheckView(w.gate, inter, hidden, name + ".gate"); !s.ok()) return s;
+  if (absl::Status s = CheckView(w.up, inter, hidden, name + ".up"); !s.ok()) return s;
+  return CheckView(w.down, hidden, inter, name + ".down");
+}
+
+template <typename T>
+void EnsureSize(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+absl::Status EngineOptions::Validate() const {
+  if (num_threads < 1 || num_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: num_threads ", num_threads, " out of range [1, 1024]"));
+  }
+  if (block_size < 1 || block_size > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: block_size ", block_size, " out of range [1, 4096]"));
+  }
+  if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: max_batch_tokens ", max_batch_tokens, " out of range [1, 1048576]"));
+  }
+  if (kv_num_blocks < 0 || (kv_num_blocks == 0 && kv_cache_bytes <= 0)) {
+    return absl::InvalidArgumentError(
+        "engine: need kv_num_blocks > 0 or a positive kv_cache_bytes");
+  }
+  return absl::OkStatus();
+}
+
+Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weights,
+               const EngineOptions& options)
+    : config_(config), weights_(weights), options_(options) {}
+
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelConfig& config,
+                                                       const model::ModelWeights& weights,
+                                                       const EngineOptions& options,
+                                                       ExpertExecutor* experts) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  std::unique_ptr<Engine> e(new Engine(config, weights, options));
+  if (absl::Status s = e->CheckWeights(); !s.ok()) return s;
+
+  KvCacheOptions kv_opts;
+  kv_opts.num_layers = config.num_hidden_layers;
+  kv_opts.num_kv_heads = config.num_key_value_heads;
+  kv_opts.head_dim = config.head_dim;
+  kv_opts.block_size = options.block_size;
+  kv_opts.budget_bytes = options.kv_cache_bytes;
+  kv_opts.num_blocks = options.kv_num_blocks;
+  auto kv = KvCache::Create(kv_opts);
+  if (!kv.ok()) return kv.status();
+  e->kv_ = std::move(*kv);
+
+  e->pool_ = std::make_unique<kernels::ThreadPool>(options.num_threads);
+  if (experts == nullptr) {
+    e->owned_experts_ = std::make_unique<LocalExpertExecutor>(&weights, e->pool_.get());
+    e->experts_ = e->owned_experts_.get();
+  } else {
+    e->experts_ = experts;
+  }
+  e->attn_scale_ = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+
+  const int64_t t = options.max_batch_tokens;
+  const int64_t hidden = config.hidden_size;
+  const int64_t qd = config.num_attention_heads * config.head_dim;
+  const int64_t kvd = config.num_key_value_heads * config.head_dim;
+  const int64_t k = std::max<int64_t>(config.num_experts_per_tok, 1);
+  e->positions_.resize(t);
+  e->tokens_.resize(t);
+  e->x_.resize(t * hidden);
+  e->h_.resize(t * hidden);
+  e->q_.resize(t * qd);
+  e->k_.resize(t * kvd);
+  e->v_.resize(t * kvd);
+  e->attn_.resize(t * qd);
+  e->proj_.resize(t * hidden);
+  if (config.num_experts > 0) {
+    e->gate_logits_.resize(t * config.num_experts);
+    e->topk_ids_.resize(t * k);
+    e->topk_weights_.resize(t * k);
+    e->slot_of_.resize(t * k);
+    e->expert_fill_.resize(config.num_experts);
+    e->packed_in_.resize(t * k * hidden);
+    e->packed_out_.resize(t * k * hidden);
+    e->call_.batches.reserve(config.num_experts);
+  }
+  e->shared_gate_.resize(t);
+  return e;
+}
+
+absl::Status Engine::CheckWeights() const {
+  const model::ModelConfig& c = config_;
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_hidden_layers <= 0 ||
+      c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
+      c.num_attention_heads % c.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError("engine: config has non-positive or inconsistent sizes");
+  }
+  if (c.num_experts > 0 && (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: num_experts_per_tok ", c.num_experts_per_tok, " not in [1, ", c.num_experts, "]"));
+  }
+  if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
+    // PagedAttention attends the whole prefix; a window shorter than the context would differ.
+    return absl::UnimplementedError(absl::StrCat("engine: sliding_window ", c.sliding_window,
+                                                 " shorter than the context is not supported"));
+  }
+  const int64_t hidden = c.hidden_size;
+  const int64_t qd = c.num_attention_heads * c.head_dim;
+  const int64_t kvd = c.num_key_value_heads * c.head_dim;
+  if (absl::Status s = CheckView(weights_.embed_tokens, c.vocab_size, hidden, "embed_tokens");
+      !s.ok())
+    return s;
+  if (absl::Status s = CheckView(weights_.lm_head, c.vocab_size, hidden, "lm_head"); !s.ok())
+    return s;
+  if (absl::Status s = CheckView(weights_.final_norm, 1, hidden, "norm"); !s.ok()) return s;
+  if (static_cast<int64_t>(weights_.layers.size()) != c.num_hidden_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: ", weights_.layers.size(), " layers loaded, config has ", c.num_hidden_layers));
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const model::LayerWeights& w = weights_.layers[l];
+    const std::string p = absl::StrCat("layers.", l, ".");
+    const std::pair<const WeightView*, std::pair<int64_t, int64_t>> need[] = {
+        {&w.input_norm, {1, hidden}}, {&w.post_attn_norm, {1, hidden}}, {&w.q_proj, {qd, hidden}},
+        {&w.k_proj, {kvd, hidden}},   {&w.v_proj, {kvd, hidden}},       {&w.o_proj, {hidden, qd}}};
+    const char* names[] = {
+        "input_layernorm", "post_attention_layernorm", "q_proj", "k_proj", "v_proj", "o_proj"};
+    for (size_t i = 0; i < std::size(names); ++i) {
+      if (absl::Status s =
+              CheckView(*need[i].first, need[i].second.first, need[i].second.second, p + names[i]);
+          !s.ok())
+        return s;
+    }
+    if (c.attention_bias) {
+      if (absl::Status s = CheckView(w.q_bias, 1, qd, p + "q_proj.bias"); !s.ok()) return s;
+      if (absl::Status s = CheckView(w.k_bias, 1, kvd, p + "k_proj.bias"); !s.ok()) return s;
+      if (absl::Status s = CheckView(w.v_bias, 1, kvd, p + "v_proj.bias"); !s.ok()) return s;
+    }
+    if (c.o_proj_bias) {
+      if (absl::Status s = CheckView(w.o_bias, 1, hidden, p + "o_proj.bias"); !s.ok()) return s;
+    }
+    if (c.qk_norm) {
+      const int64_t qn = c.qk_norm_per_head ? c.head_dim : qd;
+      const int64_t kn = c.qk_norm_per_head ? c.head_dim : kvd;
+      if (absl::Status s = CheckView(w.q_norm, 1, qn, p + "q_norm"); !s.ok()) return s;
+      if (absl::Status s = CheckView(w.k_norm, 1, kn, p + "k_norm"); !s.ok()) return s;
+    }
+    if (c.IsMoeLayer(l)) {
+      if (absl::Status s = CheckView(w.router, c.num_experts, hidden, p + "gate"); !s.ok())
+        return s;
+      // Experts may live elsewhere (a remote executor); only the dense parts are required here.
+      if (c.shared_expert_intermediate_size > 0) {
+        if (absl::Status s = CheckFfn(w.shared_expert, hidden, c.shared_expert_intermediate_size,
+                                      p + "shared_expert");
+            !s.ok())
+          return s;
+        if (absl::Status s = CheckView(w.shared_expert_gate, 1, hidden, p + "shared_expert_gate");
+            !s.ok())
+          return s;
+      }
+    } else {
+      if (absl::Status s = CheckFfn(w.dense_mlp, hidden, c.intermediate_size, p + "mlp"); !s.ok())
+        return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ValidateItems(absl::Span<const StepItem> items, int64_t* num_tokens) const {
+  int64_t total = 0;
+  const int64_t bs = kv_->block_size();
+  const int64_t num_blocks = kv_->num_blocks();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    const int64_t n = static_cast<int64_t>(it.token_ids.size());
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("step item ", i, ": no tokens"));
+    if (it.start_pos < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("step item ", i, ": negative start_pos"));
+    }
+    const int64_t last = it.start_pos + n - 1;
+    if (last >= INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("step item ", i, ": position overflow"));
+    }
+    const int64_t blocks_needed = last / bs + 1;
+    if (static_cast<int64_t>(it.block_table.size()) < blocks_needed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step item ", i, ": block table has ", it.block_table.size(),
+                       " blocks, positions up to ", last, " need ", blocks_needed));
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      if (it.block_table[b] < 0 || it.block_table[b] >= num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step item ", i, ": block id ", it.block_table[b], " outside [0, ", num_blocks, ")"));
+      }
+    }
+    for (int32_t tok : it.token_ids) {
+      if (tok < 0 || tok >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("step item ", i, ": token id ", tok,
+                                                       " outside the vocabulary [0, ",
+                                                       config_.vocab_size, ")"));
+      }
+    }
+    total += n;
+  }
+  if (total > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step has ", total, " tokens, more than max_batch_tokens ", options_.max_batch_tokens));
+  }
+  *num_tokens = total;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
+  int64_t t = 0;
+  if (absl::Status s = ValidateItems(items, &t); !s.ok()) return s;
+  const int64_t hidden = config_.hidden_size;
+  const int64_t esize = common::DTypeSize(weights_.embed_tokens.dtype);
+  const auto* embed = static_cast<const uint8_t*>(weights_.embed_tokens.data);
+
+  // Flatten the items into token rows; embed.
+  int64_t row = 0;
+  for (const StepItem& it : items) {
+    for (size_t j = 0; j < it.token_ids.size(); ++j, ++row) {
+      positions_[row] = it.start_pos + static_cast<int32_t>(j);
+      tokens_[row] = {positions_[row], it.block_table.data()};
+      kernels::ConvertToF32(embed + static_cast<int64_t>(it.token_ids[j]) * hidden * esize,
+                            weights_.embed_tokens.dtype, hidden, x_.data() + row * hidden);
+    }
+  }
+
+  out->expert_tokens.assign(
+      static_cast<size_t>(config_.num_hidden_layers * std::max<int64_t>(config_.num_experts, 0)),
+      0);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const model::LayerWeights& w = weights_.layers[l];
+    kernels::RmsNorm(x_.data(), t, hidden, w.input_norm, eps, h_.data());
+    Attention(l, t);
+    for (int64_t i = 0; i < t * hidden; ++i) x_[i] += proj_[i];
+
+    kernels::RmsNorm(x_.data(), t, hidden, w.post_attn_norm, eps, h_.data());
+    if (config_.IsMoeLayer(l)) {
+      if (absl::Status s = MoeBlock(l, t, out); !s.ok()) return s;
+    } else {
+      RunSwiGlu(h_.data(), t, w.dense_mlp, &ffn_scratch_, proj_.data(), pool_.get());
+    }
+    for (int64_t i = 0; i < t * hidden; ++i) x_[i] += proj_[i];
+  }
+  ComputeLogits(items, t, out);
+  return absl::OkStatus();
+}
+
+void Engine::Attention(int64_t layer_idx, int64_t t) {
+  const model::LayerWeights& w = weights_.layers[layer_idx];
+  const model::ModelConfig& c = config_;
+  const int64_t heads = c.num_attention_heads;
+  const int64_t kv_heads = c.num_key_value_heads;
+  const int64_t hd = c.head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  kernels::ThreadPool* pool = pool_.get();
+
+  kernels::MatMul(h_.data(), t, w.q_proj, q_.data(), pool, c.attention_bias ? &w.q_bias : nullptr);
+  kernels::MatMul(h_.data(), t, w.k_proj, k_.data(), pool, c.attention_bias ? &w.k_bias : nullptr);
+  kernels::MatMul(h_.data(), t, w.v_proj, v_.data(), pool, c.attention_bias ? &w.v_bias : nullptr);
+  if (c.qk_norm) {
+    if (c.qk_norm_per_head) {  // Qwen3-MoE: RMSNorm over each head's head_dim features
+      kernels::RmsNorm(q_.data(), t * heads, hd, w.q_norm, eps, q_.data());
+      kernels::RmsNorm(k_.data(), t * kv_heads, hd, w.k_norm, eps, k_.data());
+    } else {  // OLMoE: over the whole projection
+      kernels::RmsNorm(q_.data(), t, heads * hd, w.q_norm, eps, q_.data());
+      kernels::RmsNorm(k_.data(), t, kv_heads * hd, w.k_norm, eps, k_.data());
+    }
+  }
+  if (c.clip_qkv > 0) {  // OLMoE clamps after the q/k norms
+    const float lim = static_cast<float>(c.clip_qkv);
+    for (std::vector<float>* buf : {&q_, &k_, &v_}) {
+      const int64_t n = t * (buf == &q_ ? heads : kv_heads) * hd;
+      for (int64_t i = 0; i < n; ++i) (*buf)[i] = std::clamp((*buf)[i], -lim, lim);
+    }
+  }
+  const float theta = static_cast<float>(c.rope_theta);
+  kernels::ApplyRope(q_.data(), t, heads, hd, hd, positions_.data(), theta);
+  kernels::ApplyRope(k_.data(), t, kv_heads, hd, hd, positions_.data(), theta);
+  kernels::WriteKv(k_.data(), v_.data(), t, tokens_.data(), kv_->layout(), kv_->k(layer_idx),
+                   kv_->v(layer_idx));
+  kernels::PagedAttention(q_.data(), t, heads, tokens_.data(), kv_->layout(), kv_->k(layer_idx),
+                          kv_->v(layer_idx), attn_scale_, attn_.data(), pool);
+  kernels::MatMul(attn_.data(), t, w.o_proj, proj_.data(), pool,
+                  c.o_proj_bias ? &w.o_bias : nullptr);
+}
+
+absl::Status Engine::MoeBlock(int64_t layer_idx, int64_t t, StepOutput* out) {
+  const model::LayerWeights& w = weights_.layers[layer_idx];
+  const model::ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  const int64_t ne = c.num_experts;
+  const int64_t k = c.num_experts_per_tok;
+  // Mixtral always renormalises its top-k; Qwen and OLMoE follow norm_topk_prob.
+  const bool normalize = c.arch == Arch::kMixtral || c.norm_topk_prob;
+
+  kernels::MatMul(h_.data(), t, w.router, gate_logits_.data(), pool_.get());
+  kernels::TopKGating(gate_logits_.data(), t, ne, k, normalize,
+                      {topk_ids_.data(), topk_weights_.data()});
+
+  // Group (token, j) pairs by expert: counting sort, tokens in increasing order inside a group.
+  int64_t* counts = out->expert_tokens.data() + layer_idx * ne;
+  for (int64_t i = 0; i < t * k; ++i) ++counts[topk_ids_[i]];
+  int64_t offset = 0;
+  call_.layer_idx = static_cast<int32_t>(layer_idx);
+  call_.hidden = hidden;
+  call_.batches.clear();
+  for (int64_t e = 0; e < ne; ++e) {
+    expert_fill_[e] = offset;
+    if (counts[e] > 0) {
+      call_.batches.push_back({static_cast<int32_t>(e), counts[e],
+                               packed_in_.data() + offset * hidden,
+                               packed_out_.data() + offset * hidden});
+    }
+    offset += counts[e];
+  }
+  for (int64_t i = 0; i < t * k; ++i) {
+    const int64_t slot = expert_fill_[topk_ids_[i]]++;
+    slot_of_[i] = static_cast<int32_t>(slot);
+    std::memcpy(packed_in_.data() + slot * hidden, h_.data() + (i / k) * hidden,
+                static_cast<size_t>(hidden) * sizeof(float));
+  }
+  auto handle = experts_->Submit(call_);
+  if (!handle.ok()) return handle.status();
+
+  // The shared expert runs here while the routed experts are (possibly) elsewhere.
+  const bool shared = c.shared_expert_intermediate_size > 0;
+  if (shared) {
+    RunSwiGlu(h_.data(), t, w.shared_expert, &ffn_scratch_, proj_.data(), pool_.get());
+    kernels::MatMul(h_.data(), t, w.shared_expert_gate, shared_gate_.data(), pool_.get());
+  }
+  if (absl::Status s = experts_->Await(*handle); !s.ok()) return s;
+
+  // Combine in each token's top-k order, then add the gated shared expert: a fixed order per row.
+  for (int64_t i = 0; i < t; ++i) {
+    float* acc = h_.data() + i * hidden;  // h_ is free again: reuse it as the accumulator
+    const float* o0 = packed_out_.data() + static_cast<int64_t>(slot_of_[i * k]) * hidden;
+    const float w0 = topk_weights_[i * k];
+    for (int64_t d = 0; d < hidden; ++d) acc[d] = w0 * o0[d];
+    for (int64_t j = 1; j < k; ++j) {
+      const float* o = packed_out_.data() + static_cast<int64_t>(slot_of_[i * k + j]) * hidden;
+      const float wj = topk_weights_[i * k + j];
+      for (int64_t d = 0; d < hidden; ++d) acc[d] += wj * o[d];
+    }
+    float* dst = proj_.data() + i * hidden;
+    if (shared) {
+      const float g = 1.0f / (1.0f + std::exp(-shared_gate_[i]));
+      for (int64_t d = 0; d < hidden; ++d) dst[d] = acc[d] + g * dst[d];
+    } else {
+      std::memcpy(dst, acc, static_cast<size_t>(hidden) * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Engine::ComputeLogits(absl::Span<const StepItem> items, int64_t t, StepOutput* out) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t vocab = config_.vocab_size;
+  out->row_begin.resize(items.size() + 1);
+  int64_t rows = 0;
+  int64_t token_row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    out->row_begin[i] = rows;
+    const int64_t n = static_cast<int64_t>(items[i].token_ids.size());
+    int64_t first = n;  // first token of the item whose logits are wanted
+    if (items[i].logits == LogitsMode::kAll) first = 0;
+    if (items[i].logits == LogitsMode::kLast) first = n - 1;
+    EnsureSize(logit_rows_, (rows + n - first) * hidden);
+    for (int64_t j = first; j < n; ++j, ++rows) {
+      std::memcpy(logit_rows_.data() + rows * hidden, x_.data() + (token_row + j) * hidden,
+                  static_cast<size_t>(hidden) * sizeof(float));
+    }
+    token_row += n;
+  }
+  out->row_begin[items.size()] = rows;
+  out->logits.resize(static_cast<size_t>(rows * vocab));
+  if (rows == 0) return;
+  kernels::RmsNorm(logit_rows_.data(), rows, hidden, weights_.final_norm,
+                   static_cast<float>(config_.rms_norm_eps), logit_rows_.data());
+  kernels::MatMul(logit_rows_.data(), rows, weights_.lm_head, out->logits.data(), pool_.get());
+}
+
+}  // namespace moe::engine

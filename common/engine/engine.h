@@ -1,0 +1,145 @@
+// The MoE forward pass over a batch of sequence chunks (issue 3, "Engine API").
+//
+// One Step() runs any mix of prefill chunks (any length) and decode tokens of many sequences
+// together and returns the logits the caller asked for. The engine owns the K/V tensor storage
+// (KvCache) but not its accounting: every item brings its sequence's block table, and the caller
+// (the router's block manager, or the simple Generator) decides which blocks a sequence owns.
+//
+// Batch invariance (DESIGN.md §3): a row's logits are bitwise identical whatever else shares the
+// step and however its prefill was chunked, because every kernel computes each output element by
+// a fixed sequence of operations on that row alone, attention visits keys in position order, and
+// the engine combines expert outputs in each token's top-k order.
+//
+// Architectures: Mixtral, Qwen2-MoE (q/k/v bias, shared expert with sigmoid gate,
+// norm_topk_prob), Qwen3-MoE (per-head q/k RMSNorm), OLMoE (q/k RMSNorm over the projection).
+// All activation math is f32; weights f32/bf16/f16 as stored.
+//
+// Thread-safety: one caller at a time (the scheduler loop). Step() uses the engine's thread pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/engine/expert_executor.h"
+#include "common/engine/ffn.h"
+#include "common/engine/kv_cache.h"
+#include "common/kernels/kernels.h"
+#include "common/kernels/thread_pool.h"
+#include "common/model/model_config.h"
+#include "common/model/weights.h"
+
+namespace moe::engine {
+
+struct EngineOptions {
+  int num_threads = 1;                   // threads of the engine's pool, caller included
+  int64_t kv_cache_bytes = 256ll << 20;  // K+V budget of all layers
+  int64_t kv_num_blocks = 0;             // > 0: exact block count (overrides the budget)
+  int64_t block_size = 16;               // tokens per KV block
+  int64_t max_batch_tokens = 2048;       // most tokens (all items) in one Step
+  // InvalidArgument naming the field when a value is out of range.
+  absl::Status Validate() const;
+};
+
+// Which logits an item wants.
+enum class LogitsMode : uint8_t {
+  kNone,  // none (a prefill chunk that is not the prompt's last)
+  kLast,  // after the chunk's last token (decode, or the last prefill chunk)
+  kAll,   // after every token of the chunk (teacher-forced scoring)
+};
+
+// One chunk of one sequence. Spans are borrowed for the duration of Step().
+struct StepItem {
+  absl::Span<const int32_t> token_ids;    // >= 1 tokens at positions start_pos, start_pos+1, ...
+  int32_t start_pos = 0;                  // positions < start_pos must already be in the cache
+  absl::Span<const int32_t> block_table;  // block ids for positions 0 .. start_pos+n-1 (or more)
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+struct StepOutput {
+  // [num_rows, vocab]: item i's rows are row_begin[i] .. row_begin[i+1]-1, in token order.
+  std::vector<float> logits;
+  std::vector<int64_t> row_begin;  // items + 1 entries
+  // Tokens routed to each expert this step, [num_layers * num_experts] (layer-major); the router's
+  // load statistics read it. Dense layers count nothing.
+  std::vector<int64_t> expert_tokens;
+
+  int64_t num_rows(size_t item) const { return row_begin[item + 1] - row_begin[item]; }
+  // REQUIRES: row < num_rows(item).
+  const float* row(size_t item, int64_t row, int64_t vocab) const {
+    return logits.data() + (row_begin[item] + row) * vocab;
+  }
+};
+
+class Engine {
+ public:
+  // `config` and `weights` are borrowed and must outlive the engine (they point into the
+  // memory-mapped checkpoint). `experts` runs the expert FFNs; null = a LocalExpertExecutor over
+  // `weights` on the engine's pool. When given, it is borrowed.
+  // Errors: InvalidArgument (bad options; config/weights missing a tensor the arch needs),
+  // ResourceExhausted (KV cache allocation).
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::ModelConfig& config,
+                                                        const model::ModelWeights& weights,
+                                                        const EngineOptions& options,
+                                                        ExpertExecutor* experts = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs the forward pass over `items` (at most one item per sequence per step), writes each
+  // token's K/V into its block-table slot, and fills `out` (its buffers are reused across steps).
+  // Errors (nothing is written to the cache then): InvalidArgument for an empty chunk, a token id
+  // outside the vocabulary, a block table too short or naming a block outside the cache, or more
+  // than max_batch_tokens tokens; the expert executor's error (the cache may then hold K/V of
+  // this step's tokens, which the caller should treat as not written).
+  absl::Status Step(absl::Span<const StepItem> items, StepOutput* out);
+
+  const model::ModelConfig& config() const { return config_; }
+  const EngineOptions& options() const { return options_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  KvCache& kv_cache() { return *kv_; }
+  kernels::ThreadPool* pool() { return pool_.get(); }
+
+ private:
+  Engine(const model::ModelConfig& config, const model::ModelWeights& weights,
+         const EngineOptions& options);
+  absl::Status CheckWeights() const;
+  absl::Status ValidateItems(absl::Span<const StepItem> items, int64_t* num_tokens) const;
+  void Attention(int64_t layer_idx, int64_t t);
+  absl::Status MoeBlock(int64_t layer_idx, int64_t t, StepOutput* out);
+  void ComputeLogits(absl::Span<const StepItem> items, int64_t t, StepOutput* out);
+
+  const model::ModelConfig& config_;
+  const model::ModelWeights& weights_;
+  const EngineOptions options_;
+  std::unique_ptr<kernels::ThreadPool> pool_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<ExpertExecutor> owned_experts_;
+  ExpertExecutor* experts_ = nullptr;
+  float attn_scale_ = 1.0f;
+
+  // Scratch, sized for max_batch_tokens at creation and reused by every step.
+  std::vector<int32_t> positions_;               // [T]
+  std::vector<kernels::AttentionToken> tokens_;  // [T]
+  std::vector<float> x_;                         // [T, hidden] residual stream
+  std::vector<float> h_;                         // [T, hidden] normed input of a sub-block
+  std::vector<float> q_, k_, v_;                 // [T, heads*head_dim], [T, kv_heads*head_dim] x2
+  std::vector<float> attn_;                      // [T, heads*head_dim]
+  std::vector<float> proj_;                      // [T, hidden] output of o_proj / FFN
+  std::vector<float> gate_logits_;               // [T, num_experts]
+  std::vector<int32_t> topk_ids_;                // [T, k]
+  std::vector<float> topk_weights_;              // [T, k]
+  std::vector<int32_t> slot_of_;      // [T, k] row of (token, j) in the packed expert buffers
+  std::vector<int64_t> expert_fill_;  // [num_experts]
+  std::vector<float> packed_in_;      // [T*k, hidden] rows grouped by expert
+  std::vector<float> packed_out_;     // [T*k, hidden]
+  std::vector<float> shared_gate_;    // [T]
+  std::vector<float> logit_rows_;     // [rows, hidden] normed final hidden states of wanted rows
+  ExpertCall call_;
+  FfnScratch ffn_scratch_;
+};
+
+}  // namespace moe::engine

@@ -1,0 +1,53 @@
+// The expert half of a MoE layer behind an asynchronous interface, so that the dense part (router)
+// and the expert FFNs (expert workers) can live in different processes, and two micro-batches can
+// overlap: Submit() the token rows of a layer grouped by expert, do other work, then Await().
+//
+// Routing semantics are the engine's: it picks the top-k experts of each token and combines the
+// outputs (weighted sum in each token's top-k order) itself. An executor only evaluates
+//   out[i] = down(silu(gate(x[i])) * up(x[i]))
+// for each row i of each expert's batch, bit-exactly as kernels::MatMul computes it, so any
+// executor (in-process, remote, any replica) yields identical rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace moe::engine {
+
+// The rows of one layer that go to one expert.
+struct ExpertBatch {
+  int32_t expert_id = 0;
+  int64_t num_tokens = 0;
+  const float* input = nullptr;  // [num_tokens, hidden] f32, packed
+  float* output = nullptr;       // [num_tokens, hidden] f32, written by the executor
+};
+
+// One layer's expert work. Buffers are the caller's and must stay valid (inputs unchanged) until
+// Await() for this call returns.
+struct ExpertCall {
+  int32_t layer_idx = 0;
+  int64_t hidden = 0;
+  std::vector<ExpertBatch> batches;  // distinct expert ids, any order
+};
+
+using ExpertCallHandle = uint64_t;
+
+// Thread-safety: implementations document their own; the engine calls Submit/Await from its step
+// thread only, and may have at most a few calls outstanding at once.
+class ExpertExecutor {
+ public:
+  virtual ~ExpertExecutor() = default;
+
+  // Starts `call`. Errors: InvalidArgument (unknown layer/expert, bad shapes) or the transport's.
+  virtual absl::StatusOr<ExpertCallHandle> Submit(const ExpertCall& call) = 0;
+
+  // Blocks until every batch's `output` of the call `handle` is written. Each handle is awaited
+  // exactly once. Errors: NotFound (unknown handle), Unavailable (no live replica), or the error
+  // the call hit; then the outputs are unspecified.
+  virtual absl::Status Await(ExpertCallHandle handle) = 0;
+};
+
+}  // namespace moe::engine
