@@ -1,0 +1,40 @@
+// The router's request and L1-cache metrics, with the exact names of DESIGN.md §5 (dashboards and
+// alert rules use them), plus the two gauges Gateway-API-Inference-Extension gateways route on.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "common/metrics/registry.h"
+#include "services/router/core/request.h"
+
+namespace moe::router {
+
+// Built once per scheduler from an injected registry. Thread-safe (prometheus-cpp series are).
+struct RouterMetrics {
+  // `model` is the value of the `model` label (the served model's name).
+  RouterMetrics(common::metrics::Registry& registry, const std::string& model);
+
+  common::metrics::Histogram& ttft_seconds;   // arrival -> first token
+  common::metrics::Histogram& tpot_seconds;   // (last token - first token) / (tokens - 1)
+  common::metrics::Histogram& e2e_seconds;    // arrival -> finish
+  common::metrics::Histogram& queue_seconds;  // arrival -> first scheduled
+  common::metrics::Gauge& requests_running;
+  common::metrics::Gauge& requests_waiting;
+  // moe_requests_total{finish_reason}, indexed by FinishReason (kNone unused).
+  std::array<common::metrics::Counter*, 5> requests_total;
+  common::metrics::Counter& prompt_tokens_total;
+  common::metrics::Counter& generation_tokens_total;
+  common::metrics::Counter& cached_prompt_tokens_total;
+  common::metrics::Gauge& kv_usage_ratio_l1;                // moe_kv_usage_ratio{tier="l1"}
+  common::metrics::Counter& prefix_cache_queries_total_l1;  // in blocks
+  common::metrics::Counter& prefix_cache_hits_total_l1;     // in blocks
+  common::metrics::Gauge& vllm_num_requests_waiting;        // vllm:num_requests_waiting
+  common::metrics::Gauge& vllm_kv_cache_usage_perc;         // vllm:kv_cache_usage_perc, [0, 1]
+
+  common::metrics::Counter& requests(FinishReason reason) {
+    return *requests_total[static_cast<int>(reason)];
+  }
+};
+
+}  // namespace moe::router

@@ -1,0 +1,65 @@
+// Configuration of the router's scheduler (scheduler.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/config/schema.h"
+
+namespace moe::router {
+
+// What happens to a running sequence when the KV cache cannot give it a block.
+enum class PreemptionMode : uint8_t {
+  // Free its blocks and requeue it at the front of the waiting queue; its tokens so far are kept
+  // and re-prefilled (often from the prefix cache) when it is admitted again.
+  kRecompute,
+};
+
+struct SchedulerOptions {
+  // Sequences running at once (holding KV blocks). More = more batching, more KV pressure.
+  int64_t max_num_seqs = 256;
+  // Tokens (prefill chunks + decode tokens) in one engine step: the per-step token budget. Bigger
+  // steps raise throughput and the latency of every token in the step.
+  int64_t max_batch_tokens = 2048;
+  // Requests queued and not yet admitted; Submit beyond it is RESOURCE_EXHAUSTED (shed load).
+  int64_t max_waiting = 1024;
+  // Most prompt tokens of one sequence in one step. Smaller chunks keep decodes flowing while a
+  // long prompt prefills; larger ones prefill faster.
+  int64_t chunked_prefill_size = 512;
+  PreemptionMode preemption_mode = PreemptionMode::kRecompute;
+  // Tokens buffered per request for a slow consumer before that request stops being decoded.
+  int64_t stream_capacity = 256;
+  // Token ids that end a request with "stop" unless its sampling params say ignore_eos (the
+  // model's EOS ids; main.cc fills them from the checkpoint).
+  std::vector<int32_t> eos_token_ids;
+  // Seeds the per-request seeds drawn for requests that give none.
+  uint64_t random_seed = 0x5eed;
+
+  static void Describe(common::config::Schema<SchedulerOptions>& s) {
+    s.Add("max_num_seqs", &SchedulerOptions::max_num_seqs, "sequences running at once")
+        .Range(1, 1 << 20);
+    s.Add("max_batch_tokens", &SchedulerOptions::max_batch_tokens, "token budget of one step")
+        .Range(1, 1 << 24);
+    s.Add("max_waiting", &SchedulerOptions::max_waiting,
+          "queued requests; beyond it Generate is RESOURCE_EXHAUSTED")
+        .Range(1, 1 << 24);
+    s.Add("chunked_prefill_size", &SchedulerOptions::chunked_prefill_size,
+          "most prompt tokens of one sequence per step")
+        .Range(1, 1 << 24);
+    s.AddEnum("preemption_mode", &SchedulerOptions::preemption_mode,
+              {{"recompute", PreemptionMode::kRecompute}},
+              "what a sequence that loses its KV blocks does");
+    s.Add("stream_capacity", &SchedulerOptions::stream_capacity,
+          "tokens buffered per request before it is held back")
+        .Range(1, 1 << 20);
+    s.Add("eos_token_ids", &SchedulerOptions::eos_token_ids,
+          "token ids that end a request (default: the model's)")
+        .Min(0);
+    s.Add("random_seed", &SchedulerOptions::random_seed, "seeds requests that give no seed");
+  }
+  // INVALID_ARGUMENT naming the first bad field.
+  absl::Status Validate() const { return common::config::CheckFields(*this); }
+};
+
+}  // namespace moe::router
