@@ -38,8 +38,6 @@ inline float LoadElem(const void* p, int dtype, int64_t i) {
   return _cvtsh_ss(h);
 }
 
-constexpr int64_t kPrefetchBytes = 1024;
-
 template <int DT, int MR, int NR>
 void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
   constexpr int64_t kElem = DT == kDtF32 ? 4 : 2;
@@ -58,7 +56,8 @@ void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
     for (int r = 0; r < NR; ++r) {
       const int64_t idx = (j0 + r) * k + p;
       if constexpr (MR == 1) {
-        _mm_prefetch(static_cast<const char*>(a.w) + idx * kElem + kPrefetchBytes, _MM_HINT_T0);
+        // Same offset in the next tile's rows (rows are contiguous): one tile ahead, into L2.
+        _mm_prefetch(static_cast<const char*>(a.w) + (idx + NR * k) * kElem, _MM_HINT_T1);
       }
       wl[r] = LoadW8<DT>(a.w, idx);
       wh[r] = LoadW8<DT>(a.w, idx + 8);

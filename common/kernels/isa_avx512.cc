@@ -50,12 +50,10 @@ inline float LoadElem(const void* p, int dtype, int64_t i) {
   return _cvtsh_ss(h);
 }
 
-// Prefetch distance for the streamed weight rows (bytes ahead of the current load).
-constexpr int64_t kPrefetchBytes = 1024;
-
 // One MR x NR tile of y: rows i0.. of x against rows j0.. of W, each output one 16-lane chain
-// (k order, fma, zero-padded tail) reduced by the contract's tree.
-template <int DT, int MR, int NR>
+// (k order, fma, zero-padded tail) reduced by the contract's tree. PF: this tile is the first
+// to read its W rows (from memory), so it prefetches the next tile's rows into L2 as it goes.
+template <int DT, int MR, int NR, bool PF>
 void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
   constexpr int64_t kElem = DT == kDtF32 ? 4 : 2;
   const int64_t k = a.k;
@@ -72,8 +70,10 @@ void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
       const int64_t idx = (j0 + r) * k + p;
-      if constexpr (MR <= 2) {
-        _mm_prefetch(static_cast<const char*>(a.w) + idx * kElem + kPrefetchBytes, _MM_HINT_T0);
+      if constexpr (PF) {
+        // The same offset in the rows of the next tile (W rows are contiguous, so this runs
+        // one tile ahead of the stream and warms the next tile's start as well).
+        _mm_prefetch(static_cast<const char*>(a.w) + (idx + NR * k) * kElem, _MM_HINT_T1);
       }
       wv[r] = LoadW<DT>(a.w, idx);
     }
@@ -115,37 +115,37 @@ void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
 // Register tile sizes: kMR x rows share each W load; m = 1 streams kNR1 rows at once.
 constexpr int kMR = 4;
 constexpr int kNR = 4;
-constexpr int kNR1 = 4;
+constexpr int kNR1 = 8;
 
 using TileFn = void (*)(const internal::MatMulArgs&, int64_t, int64_t);
 
-// Tile<DT, mr, nr> for 1 <= mr <= kMR, 1 <= nr <= kNR (plain switches: no shared templates).
-template <int DT, int MR>
+// Tile<DT, mr, nr, PF> for 1 <= mr <= kMR, 1 <= nr <= kNR (plain switches: no shared templates).
+template <int DT, int MR, bool PF>
 TileFn PickNr(int64_t nr) {
   static_assert(kNR == 4);
   switch (nr) {
     case 1:
-      return &Tile<DT, MR, 1>;
+      return &Tile<DT, MR, 1, PF>;
     case 2:
-      return &Tile<DT, MR, 2>;
+      return &Tile<DT, MR, 2, PF>;
     case 3:
-      return &Tile<DT, MR, 3>;
+      return &Tile<DT, MR, 3, PF>;
     default:
-      return &Tile<DT, MR, 4>;
+      return &Tile<DT, MR, 4, PF>;
   }
 }
-template <int DT>
+template <int DT, bool PF>
 TileFn PickTile(int64_t mr, int64_t nr) {
   static_assert(kMR == 4);
   switch (mr) {
     case 1:
-      return PickNr<DT, 1>(nr);
+      return PickNr<DT, 1, PF>(nr);
     case 2:
-      return PickNr<DT, 2>(nr);
+      return PickNr<DT, 2, PF>(nr);
     case 3:
-      return PickNr<DT, 3>(nr);
+      return PickNr<DT, 3, PF>(nr);
     default:
-      return PickNr<DT, 4>(nr);
+      return PickNr<DT, 4, PF>(nr);
   }
 }
 
@@ -153,8 +153,8 @@ template <int DT>
 void MatMulTyped(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   if (a.m == 1) {
     int64_t j = n_begin;
-    for (; j + kNR1 <= n_end; j += kNR1) Tile<DT, 1, kNR1>(a, 0, j);
-    for (; j < n_end; ++j) Tile<DT, 1, 1>(a, 0, j);
+    for (; j + kNR1 <= n_end; j += kNR1) Tile<DT, 1, kNR1, true>(a, 0, j);
+    for (; j < n_end; ++j) Tile<DT, 1, 1, false>(a, 0, j);
     return;
   }
   // Rows of x per block: about 256 KiB (stays in L2 while the thread's W rows stream past).
@@ -166,7 +166,7 @@ void MatMulTyped(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) 
       const int64_t nr = n_end - j < kNR ? n_end - j : kNR;
       for (int64_t i = mb; i < me; i += kMR) {
         const int64_t mr = me - i < kMR ? me - i : kMR;
-        PickTile<DT>(mr, nr)(a, i, j);
+        (i == mb ? PickTile<DT, true>(mr, nr) : PickTile<DT, false>(mr, nr))(a, i, j);
       }
     }
   }

@@ -1,0 +1,201 @@
+// Kernel micro-benchmark: MatMul GFLOP/s at m = 1, 8, 32, 512 on the bench preset's shapes, the
+// m = 1 weight-streaming bandwidth against the machine's streaming read bandwidth (measured in
+// the same run), attention, and the thread pool's ParallelFor overhead.
+//
+//   moe_kernels_bench [--threads N] [--isa avx512|avx2|portable] [--quick]
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kernels/bandwidth.h"
+#include "common/kernels/dispatch.h"
+#include "common/kernels/kernels.h"
+#include "common/kernels/thread_pool.h"
+#include "common/tensor/dtype.h"
+
+namespace moe::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Shape {
+  const char* name;
+  int64_t k, n;
+};
+
+// Enough distinct copies of W that m = 1 streams them from memory, not from the 32 MB L3.
+struct WeightSet {
+  std::vector<std::vector<uint16_t>> copies16;
+  std::vector<std::vector<float>> copies32;
+  DType dtype;
+  int64_t k, n;
+  WeightView View(size_t i) const {
+    const void* p = dtype == DType::kF32 ? static_cast<const void*>(copies32[i].data())
+                                         : static_cast<const void*>(copies16[i].data());
+    return WeightView{p, dtype, n, k};
+  }
+  size_t count() const { return dtype == DType::kF32 ? copies32.size() : copies16.size(); }
+  int64_t bytes() const { return k * n * common::DTypeSize(dtype); }
+};
+
+WeightSet MakeSet(DType dtype, int64_t k, int64_t n, int64_t min_total_bytes) {
+  WeightSet s{{}, {}, dtype, k, n};
+  const int64_t copies = std::max<int64_t>(1, (min_total_bytes + s.bytes() - 1) / s.bytes());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  for (int64_t c = 0; c < copies; ++c) {
+    if (dtype == DType::kF32) {
+      s.copies32.emplace_back(k * n);
+      for (float& f : s.copies32.back()) f = dist(rng);
+    } else {
+      s.copies16.emplace_back(k * n);
+      for (uint16_t& h : s.copies16.back()) {
+        h = dtype == DType::kBF16 ? common::F32ToBf16(dist(rng)) : common::F32ToF16(dist(rng));
+      }
+    }
+  }
+  return s;
+}
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// CPU seconds of the calling thread per call in the last TimeMatMul (meaningful with 1 thread on
+// a busy machine: the kernel's own speed, whatever share of the core it got).
+double g_cpu_per_call = 0;
+
+// Runs MatMul over rotating weight copies for about `budget_s`; returns seconds per call.
+double TimeMatMul(const WeightSet& w, int64_t m, ThreadPool* pool, double budget_s) {
+  std::vector<float> x(m * w.k, 0.01f), y(m * w.n);
+  size_t idx = 0;
+  for (size_t i = 0; i < w.count(); ++i) MatMul(x.data(), m, w.View(i), y.data(), pool);  // warm
+  int64_t calls = 0;
+  const auto start = Clock::now();
+  const double cpu0 = ThreadCpuSeconds();
+  double elapsed = 0;
+  while (elapsed < budget_s || calls < 3) {
+    MatMul(x.data(), m, w.View(idx), y.data(), pool);
+    idx = (idx + 1) % w.count();
+    ++calls;
+    elapsed = Seconds(start, Clock::now());
+  }
+  g_cpu_per_call = (ThreadCpuSeconds() - cpu0) / calls;
+  return elapsed / calls;
+}
+
+}  // namespace
+}  // namespace moe::kernels
+
+int main(int argc, char** argv) {
+  using namespace moe::kernels;
+  int threads = 2;
+  bool quick = false;
+  bool probe_enabled = true;
+  int64_t max_m = 512;
+  int num_shapes = 4;
+  const char* only_dtype = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--no-probe") == 0) probe_enabled = false;
+    if (std::strcmp(argv[i], "--max-m") == 0 && i + 1 < argc) max_m = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) num_shapes = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) only_dtype = argv[++i];
+    if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
+      if (!internal::ForceIsaForTesting(argv[++i])) {
+        std::fprintf(stderr, "ISA %s not supported here\n", argv[i]);
+        return 2;
+      }
+    }
+  }
+  ThreadPool pool(threads);
+  const double budget = quick ? 0.15 : 0.5;
+  std::printf("isa=%s threads=%d\n", ActiveIsa(), threads);
+
+  const double probe = probe_enabled ? MeasureStreamReadBandwidth(&pool, int64_t{1} << 30) : 1.0;
+  std::printf("stream_read_bandwidth: %.2f GB/s\n", probe / 1e9);
+
+  // ParallelFor overhead (empty bodies, back to back).
+  {
+    auto fn = [](int64_t, int64_t) {};
+    for (int i = 0; i < 1000; ++i) pool.ParallelFor(threads, 1, fn);
+    const int calls = 20000;
+    const auto start = Clock::now();
+    for (int i = 0; i < calls; ++i) pool.ParallelFor(threads, 1, fn);
+    std::printf("parallel_for_overhead: %.2f us\n", Seconds(start, Clock::now()) / calls * 1e6);
+  }
+
+  const Shape shapes[] = {{"gate/up (k=1024,n=2816)", 1024, 2816},
+                          {"down (k=2816,n=1024)", 2816, 1024},
+                          {"q/o (k=1024,n=1024)", 1024, 1024},
+                          {"lm_head (k=1024,n=32000)", 1024, 32000}};
+  const DType dtypes[] = {DType::kBF16, DType::kF32, DType::kF16};
+  const int64_t ms[] = {1, 8, 32, 512};
+  for (DType dt : dtypes) {
+    if (only_dtype != nullptr && moe::common::DTypeName(dt) != only_dtype) continue;
+    for (int si = 0; si < num_shapes && si < 4; ++si) {
+      const Shape& s = shapes[si];
+      if (quick && dt != DType::kBF16 && s.n == 32000) continue;
+      const WeightSet w = MakeSet(dt, s.k, s.n, int64_t{96} << 20);
+      double t1 = 0;
+      for (int64_t m : ms) {
+        if (m > max_m || (m == 512 && s.n == 32000))
+          continue;  // prefill computes logits for the last row only
+        const double t = TimeMatMul(w, m, &pool, budget);
+        if (m == 1) t1 = t;
+        const double gflops = 2.0 * m * s.k * s.n / t / 1e9;
+        const double cpu_gflops = 2.0 * m * s.k * s.n / g_cpu_per_call / 1e9;
+        std::printf("%-5s %-26s m=%-4lld %8.3f ms %7.1f GFLOP/s (caller cpu: %6.1f GFLOP/s)",
+                    std::string(moe::common::DTypeName(dt)).c_str(), s.name,
+                    static_cast<long long>(m), t * 1e3, gflops, cpu_gflops);
+        if (m == 1) {
+          const double bw = w.bytes() / t;
+          std::printf("  weights %.2f GB/s = %.2f of probe (caller cpu: %.2f GB/s)", bw / 1e9,
+                      bw / probe, w.bytes() / g_cpu_per_call / 1e9);
+        } else {
+          std::printf("  tokens/s x%.1f of m=1", m * t1 / t);
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  // Attention: decode over a 512-token context, and a 512-token causal prefill.
+  {
+    const int64_t heads = 16, kv_heads = 4, hd = 64, bs = 16, ctx = 512;
+    PagedKvLayout layout{ctx / bs, bs, kv_heads, hd};
+    std::vector<float> kc(layout.num_blocks * bs * kv_heads * hd, 0.01f), vc = kc;
+    std::vector<int32_t> table(layout.num_blocks);
+    for (int64_t b = 0; b < layout.num_blocks; ++b) table[b] = static_cast<int32_t>(b);
+    for (int64_t m : {int64_t{1}, int64_t{512}}) {
+      std::vector<AttentionToken> toks(m);
+      for (int64_t i = 0; i < m; ++i) {
+        toks[i] = {static_cast<int32_t>(m == 1 ? ctx - 1 : i), table.data()};
+      }
+      std::vector<float> q(m * heads * hd, 0.02f), out(q.size());
+      int calls = 0;
+      const auto start = Clock::now();
+      while (Seconds(start, Clock::now()) < budget || calls < 3) {
+        PagedAttention(q.data(), m, heads, toks.data(), layout, kc.data(), vc.data(), 0.125f,
+                       out.data(), &pool);
+        ++calls;
+      }
+      std::printf("attention %s: %.3f ms\n", m == 1 ? "decode ctx=512" : "prefill 512",
+                  Seconds(start, Clock::now()) / calls * 1e3);
+    }
+  }
+  return 0;
+}
