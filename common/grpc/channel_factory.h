@@ -1,0 +1,41 @@
+// Client channels (insecure or TLS) and a grpc.health.v1 probe, for services calling services
+// and for tests and launchers.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/config/schema.h"
+#include "common/grpc/tls.h"
+#include "grpcpp/channel.h"
+
+namespace moe::common::rpc {
+
+struct ChannelOptions {
+  ClientTlsOptions tls;
+  // Largest message received or sent, bytes. RunExperts batches are the big ones:
+  // 4096 tokens x hidden 4096 x 4 bytes = 64 MiB.
+  int max_message_bytes = 64 << 20;
+
+  static void Describe(config::Schema<ChannelOptions>& s) {
+    s.Section("tls", &ChannelOptions::tls);
+    s.Add("max_message_bytes", &ChannelOptions::max_message_bytes).Range(1 << 16, 1 << 30);
+  }
+  absl::Status Validate() const { return config::CheckFields(*this); }
+};
+
+// A channel to `target` ("host:port" or a gRPC target URI). Connects lazily: errors reaching the
+// peer surface on the first call. kInvalidArgument / kNotFound for bad options or TLS files.
+absl::StatusOr<std::shared_ptr<::grpc::Channel>> CreateChannel(const std::string& target,
+                                                               const ChannelOptions& options = {});
+
+// Asks the peer's grpc.health.v1 service about `service` ("" = the whole server). Returns true
+// for SERVING, false for NOT_SERVING; kNotFound for a service the peer does not know; the
+// call's error (kUnavailable, kDeadlineExceeded...) when the peer cannot answer in `timeout`.
+absl::StatusOr<bool> CheckServing(::grpc::Channel& channel, const std::string& service = "",
+                                  absl::Duration timeout = absl::Seconds(1));
+
+}  // namespace moe::common::rpc
