@@ -110,41 +110,44 @@ TEST(PagedAttentionTest, MatchesDenseReference) {
 
 TEST(PagedAttentionTest, BitwiseInvariantAcrossChunkingBatchingThreadsAndIsa) {
   std::mt19937 rng(3);
-  PagedFixture f(rng, 16, 4, 16, 64, {70, 33, 1});
   ThreadPool pool2(2), pool3(3);
-  const int64_t row = 16 * 64;
-  for (size_t s = 0; s < f.lens.size(); ++s) {
-    std::vector<float> base;
-    {
-      ScopedIsa force("portable");
-      base = f.Run(s, 0, f.lens[s], nullptr);
-    }
-    for (const char* isa : SupportedIsas()) {
-      ScopedIsa force(isa);
-      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
-        EXPECT_TRUE(BitwiseEqual(f.Run(s, 0, f.lens[s], pool), base)) << isa;
+  // 64 and 128 take the register-accumulator path on AVX-512; 24 the generic one.
+  for (int64_t hd : {64, 128, 24}) {
+    PagedFixture f(rng, 16, 4, 16, hd, {70, 33, 1});
+    const int64_t row = 16 * hd;
+    for (size_t s = 0; s < f.lens.size(); ++s) {
+      std::vector<float> base;
+      {
+        ScopedIsa force("portable");
+        base = f.Run(s, 0, f.lens[s], nullptr);
       }
-      // Chunked prefill: chunks of 7, and each token alone (decode).
-      for (int64_t chunk : {7, 1}) {
-        std::vector<float> out;
-        for (int64_t b = 0; b < f.lens[s]; b += chunk) {
-          const auto part = f.Run(s, b, std::min(f.lens[s], b + chunk), &pool2);
-          out.insert(out.end(), part.begin(), part.end());
+      for (const char* isa : SupportedIsas()) {
+        ScopedIsa force(isa);
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+          EXPECT_TRUE(BitwiseEqual(f.Run(s, 0, f.lens[s], pool), base)) << isa;
         }
-        EXPECT_TRUE(BitwiseEqual(out, base)) << isa << " chunk " << chunk;
+        // Chunked prefill: chunks of 7, and each token alone (decode).
+        for (int64_t chunk : {7, 1}) {
+          std::vector<float> out;
+          for (int64_t b = 0; b < f.lens[s]; b += chunk) {
+            const auto part = f.Run(s, b, std::min(f.lens[s], b + chunk), &pool2);
+            out.insert(out.end(), part.begin(), part.end());
+          }
+          EXPECT_TRUE(BitwiseEqual(out, base)) << isa << " chunk " << chunk;
+        }
       }
+      // Mixed batch: the last token of every sequence in one call, as a decode step.
+      std::vector<AttentionToken> toks;
+      std::vector<float> q;
+      for (size_t t = 0; t < f.lens.size(); ++t) {
+        toks.push_back({int32_t(f.lens[t] - 1), f.tables[t].data()});
+        q.insert(q.end(), f.q[t].end() - row, f.q[t].end());
+      }
+      std::vector<float> out(toks.size() * row);
+      PagedAttention(q.data(), int64_t(toks.size()), 16, toks.data(), f.layout, f.k_cache.data(),
+                     f.v_cache.data(), 1.0f / std::sqrt(float(hd)), out.data(), &pool2);
+      EXPECT_EQ(std::memcmp(out.data() + s * row, base.data() + (f.lens[s] - 1) * row, row * 4), 0);
     }
-    // Mixed batch: the last token of every sequence in one call, as a decode step.
-    std::vector<AttentionToken> toks;
-    std::vector<float> q;
-    for (size_t t = 0; t < f.lens.size(); ++t) {
-      toks.push_back({int32_t(f.lens[t] - 1), f.tables[t].data()});
-      q.insert(q.end(), f.q[t].end() - row, f.q[t].end());
-    }
-    std::vector<float> out(toks.size() * row);
-    PagedAttention(q.data(), int64_t(toks.size()), 16, toks.data(), f.layout, f.k_cache.data(),
-                   f.v_cache.data(), 1.0f / 8.0f, out.data(), &pool2);
-    EXPECT_EQ(std::memcmp(out.data() + s * row, base.data() + (f.lens[s] - 1) * row, row * 4), 0);
   }
 }
 
