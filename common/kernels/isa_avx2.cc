@@ -51,26 +51,30 @@ void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
   }
   int64_t p = 0;
   for (; p + 16 <= k; p += 16) {
-    __m256 wl[NR], wh[NR];
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; ++r) {
-      const int64_t idx = (j0 + r) * k + p;
-      if constexpr (MR == 1) {
-        // Same offset in the next tile's rows (rows are contiguous): one tile ahead, into L2.
-        _mm_prefetch(static_cast<const char*>(a.w) + (idx + NR * k) * kElem, _MM_HINT_T1);
-      }
-      wl[r] = LoadW8<DT>(a.w, idx);
-      wh[r] = LoadW8<DT>(a.w, idx + 8);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m256 xl = _mm256_loadu_ps(x + i * k + p);
-      const __m256 xh = _mm256_loadu_ps(x + i * k + p + 8);
+    if constexpr (MR == 1) {
 #pragma GCC unroll 8
       for (int r = 0; r < NR; ++r) {
-        lo[i][r] = _mm256_fmadd_ps(xl, wl[r], lo[i][r]);
-        hi[i][r] = _mm256_fmadd_ps(xh, wh[r], hi[i][r]);
+        // Same offset in the next tile's rows (rows are contiguous): one tile ahead, into L2.
+        _mm_prefetch(static_cast<const char*>(a.w) + ((j0 + r + NR) * k + p) * kElem, _MM_HINT_T1);
       }
+    }
+    // One half (8 lanes) at a time keeps 2 * MR * NR accumulators + NR + 1 registers live.
+    __m256 wv[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) wv[r] = LoadW8<DT>(a.w, (j0 + r) * k + p);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * k + p);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) lo[i][r] = _mm256_fmadd_ps(xv, wv[r], lo[i][r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) wv[r] = LoadW8<DT>(a.w, (j0 + r) * k + p + 8);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * k + p + 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) hi[i][r] = _mm256_fmadd_ps(xv, wv[r], hi[i][r]);
     }
   }
   if (p < k) {  // zero-padded tail, as the masked loads of the AVX-512 path
@@ -102,7 +106,8 @@ void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
   }
 }
 
-constexpr int kMR = 2;
+// 3 x 2 outputs = 12 accumulators + 2 W + 1 x registers of the 16 ymm.
+constexpr int kMR = 3;
 constexpr int kNR = 2;
 constexpr int kNR1 = 4;
 
@@ -110,9 +115,15 @@ using TileFn = void (*)(const internal::MatMulArgs&, int64_t, int64_t);
 
 template <int DT>
 TileFn PickTile(int64_t mr, int64_t nr) {
-  static_assert(kMR == 2 && kNR == 2);
-  if (mr == 1) return nr == 1 ? &Tile<DT, 1, 1> : &Tile<DT, 1, 2>;
-  return nr == 1 ? &Tile<DT, 2, 1> : &Tile<DT, 2, 2>;
+  static_assert(kMR == 3 && kNR == 2);
+  switch (mr) {
+    case 1:
+      return nr == 1 ? &Tile<DT, 1, 1> : &Tile<DT, 1, 2>;
+    case 2:
+      return nr == 1 ? &Tile<DT, 2, 1> : &Tile<DT, 2, 2>;
+    default:
+      return nr == 1 ? &Tile<DT, 3, 1> : &Tile<DT, 3, 2>;
+  }
 }
 
 template <int DT>
