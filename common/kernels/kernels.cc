@@ -116,6 +116,18 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
     isa.matmul(args, 0, w.rows);
     return;
   }
+  if (w.rows < 32 * pool->num_threads() && m >= 4 * pool->num_threads()) {
+    // Few outputs, many rows (router gates): split the rows instead. Every element is computed
+    // the same way whoever computes it, so the split never changes results.
+    Parallel(pool, m, 4, [&](int64_t b, int64_t e) {
+      internal::MatMulArgs part = args;
+      part.x = x + b * w.cols;
+      part.y = y + b * w.rows;
+      part.m = e - b;
+      isa.matmul(part, 0, w.rows);
+    });
+    return;
+  }
   Parallel(pool, w.rows, 16, [&](int64_t b, int64_t e) { isa.matmul(args, b, e); });
 }
 

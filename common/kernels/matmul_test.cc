@@ -120,6 +120,27 @@ TEST_P(MatMulTest, BitwiseInvariantAcrossBatchThreadsAndIsa) {
   }
 }
 
+TEST_P(MatMulTest, FewOutputsManyRowsSplitsRowsWithoutChangingResults) {
+  std::mt19937 rng(4);
+  const int64_t m = 40, k = 1000, n = 8;  // a router gate: rows are split across threads
+  const auto w = MakeWeights(rng, GetParam(), n, k);
+  const auto x = RandomFloats(rng, m * k);
+  std::vector<float> base(m * n);
+  {
+    ScopedIsa force("portable");
+    MatMul(x.data(), m, w.view(), base.data(), nullptr);
+  }
+  ThreadPool pool2(2), pool3(3);
+  for (const char* isa : SupportedIsas()) {
+    ScopedIsa force(isa);
+    for (ThreadPool* pool : {&pool2, &pool3}) {
+      std::vector<float> y(m * n);
+      MatMul(x.data(), m, w.view(), y.data(), pool);
+      EXPECT_TRUE(BitwiseEqual(y, base)) << isa << " threads=" << pool->num_threads();
+    }
+  }
+}
+
 TEST_P(MatMulTest, AddsBiasLast) {
   std::mt19937 rng(3);
   const int64_t m = 5, k = 37, n = 11;
