@@ -232,11 +232,17 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
     Parallel(pool, m * num_heads, 1, [&](int64_t b, int64_t e) { isa.attention(args, b, e); });
     return;
   }
-  // Prefill: causal rows grow with position, so deal tokens round-robin for balance.
+  // Prefill: causal rows grow with position, so deal tokens round-robin for balance; loop KV
+  // head outermost so one head's keys and values stay in L2 across all of a thread's tokens.
+  const int64_t group = num_heads / layout.num_kv_heads;
   Parallel(pool, threads, 1, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      for (int64_t i = t; i < m; i += threads)
-        isa.attention(args, i * num_heads, (i + 1) * num_heads);
+      for (int64_t kvh = 0; kvh < layout.num_kv_heads; ++kvh) {
+        for (int64_t i = t; i < m; i += threads) {
+          const int64_t first = i * num_heads + kvh * group;
+          isa.attention(args, first, first + group);
+        }
+      }
     }
   });
 }
