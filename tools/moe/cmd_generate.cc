@@ -30,6 +30,9 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#ifdef MOE_HAVE_CHAT_TEMPLATE
+#include "services/gateway/core/chat_template.h"
+#endif
 #include "tools/moe/command.h"
 
 namespace moe::cli {
@@ -175,9 +178,20 @@ absl::StatusOr<std::vector<int32_t>> RenderChatPrompt(const tokenizer::Tokenizer
   if (tok.chat_template().empty()) {
     return absl::FailedPreconditionError("--chat: the model's tokenizer has no chat_template");
   }
+#ifdef MOE_HAVE_CHAT_TEMPLATE
+  ASSIGN_OR_RETURN(gateway::ChatTemplate tmpl, gateway::ChatTemplate::Parse(tok.chat_template()));
+  nlohmann::json context = {
+      {"messages", nlohmann::json::array({{{"role", "user"}, {"content", prompt}}})},
+      {"add_generation_prompt", true},
+      {"bos_token", tok.bos_token()},
+      {"eos_token", tok.eos_token()}};
+  ASSIGN_OR_RETURN(std::string text, tmpl.Render(context));
+  return tok.Encode(text, /*add_special_tokens=*/false);
+#else
   return absl::UnimplementedError(
       "--chat: this build has no chat-template interpreter (the gateway's moe_chat_template); "
       "render the template yourself and pass --prompt-ids");
+#endif
 }
 
 std::string JsonString(const std::string& s) {
@@ -189,9 +203,22 @@ int RunGenerate(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   if (!flags.ok()) return Fail(kUsage, std::string(flags.status().message()));
   Flags& f = *flags;
 
+  std::vector<int32_t> prompt_ids;
+  if (f.prompt_ids) {
+    auto ids = ParseIds("prompt-ids", *f.prompt_ids);
+    if (!ids.ok()) return Fail(kUsage, std::string(ids.status().message()));
+    prompt_ids = std::move(*ids);
+  }
+
   auto ckpt = model::Checkpoint::Open(f.model);
   if (!ckpt.ok()) return Fail(kFailure, std::string(ckpt.status().message()));
   const model::ModelConfig& config = (*ckpt)->config();
+  for (int32_t id : prompt_ids) {
+    if (id < 0 || id >= config.vocab_size) {
+      return Fail(kUsage, absl::StrCat("prompt token id ", id, " outside the vocabulary [0, ",
+                                       config.vocab_size, ")"));
+    }
+  }
 
   // The tokenizer is needed for --prompt and for text output; --prompt-ids --json without a
   // tokenizer.json still works (text is then empty).
@@ -205,16 +232,11 @@ int RunGenerate(const Args& /*parsed*/, const std::vector<std::string>& argv) {
     }
   }
 
-  std::vector<int32_t> prompt_ids;
-  if (f.prompt_ids) {
-    auto ids = ParseIds("prompt-ids", *f.prompt_ids);
-    if (!ids.ok()) return Fail(kUsage, std::string(ids.status().message()));
-    prompt_ids = std::move(*ids);
-  } else if (f.chat) {
+  if (f.chat) {
     auto ids = RenderChatPrompt(*tok, *f.prompt);
     if (!ids.ok()) return Fail(kFailure, std::string(ids.status().message()));
     prompt_ids = std::move(*ids);
-  } else {
+  } else if (f.prompt) {
     prompt_ids = tok->Encode(*f.prompt, /*add_special_tokens=*/true);
   }
   if (prompt_ids.empty()) return Fail(kUsage, "the prompt has no tokens");

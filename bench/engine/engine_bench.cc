@@ -1,0 +1,235 @@
+#include "bench/engine/engine_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/engine/engine.h"
+#include "common/kernels/bandwidth.h"
+#include "common/model/checkpoint.h"
+#include "common/model/make_model.h"
+
+namespace moe::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int64_t Bytes(const kernels::WeightView& w) {
+  return w.data == nullptr ? 0 : w.rows * w.cols * common::DTypeSize(w.dtype);
+}
+int64_t Bytes(const model::ExpertWeights& e) { return Bytes(e.gate) + Bytes(e.up) + Bytes(e.down); }
+
+// Weight bytes every token reads whatever its routing (embedding row included).
+int64_t DenseBytesPerToken(const model::ModelWeights& w, const model::ModelConfig& c) {
+  int64_t b = c.hidden_size * common::DTypeSize(w.embed_tokens.dtype) + Bytes(w.final_norm) +
+              Bytes(w.lm_head);
+  for (const model::LayerWeights& l : w.layers) {
+    for (const kernels::WeightView* v :
+         {&l.input_norm, &l.post_attn_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.q_bias,
+          &l.k_bias, &l.v_bias, &l.o_bias, &l.q_norm, &l.k_norm, &l.router,
+          &l.shared_expert_gate}) {
+      b += Bytes(*v);
+    }
+    b += Bytes(l.shared_expert) + Bytes(l.dense_mlp);
+  }
+  return b;
+}
+
+int32_t ArgMax(const float* l, int64_t n) {
+  return static_cast<int32_t>(std::max_element(l, l + n) - l);
+}
+
+// Sequences with private blocks, stepped together by the benchmark.
+class Batch {
+ public:
+  Batch(engine::Engine* engine, int64_t num_seqs, int64_t prompt_len, int64_t capacity,
+        int32_t* next_block, std::mt19937* rng)
+      : engine_(engine), seqs_(static_cast<size_t>(num_seqs)) {
+    const int64_t bs = engine->kv_cache().block_size();
+    for (Seq& s : seqs_) {
+      for (int64_t i = 0; i < prompt_len; ++i) {
+        s.tokens.push_back(static_cast<int32_t>((*rng)() % engine->vocab_size()));
+      }
+      for (int64_t b = 0; b < (capacity + bs - 1) / bs; ++b) s.blocks.push_back((*next_block)++);
+    }
+  }
+  // One step: every sequence's pending tokens (its prompt, or its last token).
+  absl::Status Step(engine::StepOutput* out) {
+    items_.clear();
+    for (Seq& s : seqs_) {
+      engine::StepItem it;
+      it.token_ids = absl::MakeConstSpan(s.tokens).subspan(s.computed);
+      it.start_pos = static_cast<int32_t>(s.computed);
+      it.block_table = s.blocks;
+      it.logits = engine::LogitsMode::kLast;
+      items_.push_back(it);
+    }
+    RETURN_IF_ERROR(engine_->Step(items_, out));
+    for (size_t i = 0; i < seqs_.size(); ++i) {
+      seqs_[i].computed = static_cast<int64_t>(seqs_[i].tokens.size());
+      seqs_[i].tokens.push_back(
+          ArgMax(out->row(i, 0, engine_->vocab_size()), engine_->vocab_size()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Seq {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> blocks;
+    int64_t computed = 0;
+  };
+  engine::Engine* engine_;
+  std::vector<Seq> seqs_;
+  std::vector<engine::StepItem> items_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> PresetCheckpoint(const SuiteOptions& options) {
+  ASSIGN_OR_RETURN(model::Preset preset, model::ParsePreset(options.preset));
+  model::MakeModelOptions mo;
+  mo.preset = preset;
+  if (options.arch == "mixtral") {
+    mo.arch = model::Arch::kMixtral;
+  } else {
+    ASSIGN_OR_RETURN(mo.arch, model::ArchFromModelType(options.arch));
+  }
+  if (options.dtype == "f32") {
+    mo.dtype = common::DType::kF32;
+  } else if (options.dtype == "bf16") {
+    mo.dtype = common::DType::kBF16;
+  } else if (options.dtype == "f16") {
+    mo.dtype = common::DType::kF16;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown dtype '", options.dtype, "'"));
+  }
+  std::string cache = options.cache_dir;
+  if (cache.empty()) {
+    const char* env = std::getenv("MOE_BENCH_CACHE");
+    cache = env != nullptr && *env != '\0' ? env : "/tmp/moe-bench-cache";
+  }
+  const std::string dir =
+      absl::StrCat(cache, "/", options.preset, "-", options.arch, "-", options.dtype, "-v1");
+  const std::string marker = dir + "/.complete";
+  if (std::filesystem::exists(marker)) return dir;
+  std::fprintf(stderr, "moe bench: generating the %s preset (%s, %s) into %s\n",
+               options.preset.c_str(), options.arch.c_str(), options.dtype.c_str(), dir.c_str());
+  int last_pct = -1;
+  mo.progress = [&](int64_t done, int64_t total) {
+    const int pct = total > 0 ? static_cast<int>(100 * done / total) : 100;
+    if (pct / 10 != last_pct / 10) std::fprintf(stderr, "  %d%%\n", pct);
+    last_pct = pct;
+  };
+  RETURN_IF_ERROR(model::MakeModel(mo, dir));
+  std::ofstream(marker) << "ok\n";
+  return dir;
+}
+
+absl::StatusOr<BenchReport> RunEngineBench(const SuiteOptions& options) {
+  BenchReport report("engine");
+  std::string dir = options.model_dir;
+  if (dir.empty()) {
+    ASSIGN_OR_RETURN(dir, PresetCheckpoint(options));
+  }
+  const int64_t prefill_len = 512;
+  const int64_t prompt_len = 32;
+  const int64_t decode_steps = options.quick ? 4 : 32;
+  const int64_t capacity = prompt_len + decode_steps + 1;
+
+  const auto t0 = Clock::now();
+  model::LoadOptions lo;
+  lo.prefetch = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<model::Checkpoint> ckpt, model::Checkpoint::Open(dir, lo));
+  engine::EngineOptions eo;
+  eo.num_threads = options.threads;
+  eo.block_size = 16;
+  eo.max_batch_tokens = std::max<int64_t>(prefill_len, 32 * prompt_len);
+  eo.kv_num_blocks = (prefill_len + 15) / 16 * 2 + (1 + 8 + 32) * ((capacity + 15) / 16) + 1;
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
+                   engine::Engine::Create(ckpt->config(), ckpt->weights(), eo));
+  const double load_s = Seconds(t0, Clock::now());
+  const model::ModelConfig& c = ckpt->config();
+
+  nlohmann::json params = {{"model", dir},
+                           {"architecture", c.architecture},
+                           {"dtype", std::string(common::DTypeName(c.dtype))},
+                           {"threads", options.threads},
+                           {"isa", kernels::ActiveIsa()}};
+  auto with = [&](nlohmann::json extra) {
+    nlohmann::json p = params;
+    p.update(extra);
+    return p;
+  };
+  report.Add({"model_load_s", load_s, "s", with({{"prefetch", true}}), std::nullopt});
+
+  std::mt19937 rng(1);
+  int32_t next_block = 0;
+  engine::StepOutput out;
+
+  // Prefill: a warm-up pass (faults the weights in), then the best of the timed passes.
+  double best_prefill = 1e30;
+  for (int pass = 0; pass < (options.quick ? 2 : 3); ++pass) {
+    next_block = 0;
+    Batch b(engine.get(), 1, prefill_len, prefill_len + 1, &next_block, &rng);
+    const auto s = Clock::now();
+    RETURN_IF_ERROR(b.Step(&out));
+    if (pass > 0) best_prefill = std::min(best_prefill, Seconds(s, Clock::now()));
+  }
+  report.Add({"prefill_tok_s", prefill_len / best_prefill, "tok/s",
+              with({{"prompt_tokens", prefill_len}}), std::nullopt});
+
+  const int64_t dense_bytes = DenseBytesPerToken(ckpt->weights(), c);
+  double b1_bytes_per_s = 0;
+  for (int64_t batch : {1, 8, 32}) {
+    Batch b(engine.get(), batch, prompt_len, capacity, &next_block, &rng);
+    RETURN_IF_ERROR(b.Step(&out));  // prefill
+    double bytes = 0, secs = 0;
+    for (int64_t step = 0; step < decode_steps; ++step) {
+      const auto s = Clock::now();
+      RETURN_IF_ERROR(b.Step(&out));
+      secs += Seconds(s, Clock::now());
+      if (batch == 1) {
+        bytes += static_cast<double>(dense_bytes);
+        for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+          for (int64_t e = 0; e < c.num_experts; ++e) {
+            if (out.expert_tokens[l * c.num_experts + e] > 0) {
+              bytes += static_cast<double>(Bytes(ckpt->weights().layers[l].experts[e]));
+            }
+          }
+        }
+      }
+    }
+    if (batch == 1) b1_bytes_per_s = bytes / secs;
+    report.Add(
+        {absl::StrCat("decode_tok_s_b", batch), batch * decode_steps / secs, "tok/s",
+         with({{"batch", batch}, {"prompt_tokens", prompt_len}, {"decode_steps", decode_steps}}),
+         std::nullopt});
+  }
+
+  // Before the bandwidth probe, whose 1 GiB buffer is not the engine's memory.
+  const int64_t peak_rss = PeakRssBytes();
+  const double stream_bw = kernels::MeasureStreamReadBandwidth(engine->pool());
+  report.Add({"decode_bandwidth_efficiency", b1_bytes_per_s / stream_bw, "ratio",
+              with({{"weight_bytes_per_s", b1_bytes_per_s},
+                    {"stream_read_bytes_per_s", stream_bw},
+                    {"dense_bytes_per_token", dense_bytes}}),
+              std::nullopt});
+  report.Add({"peak_rss_bytes", static_cast<double>(peak_rss), "bytes", params, std::nullopt});
+  return report;
+}
+
+MOE_REGISTER_BENCH_SUITE("engine", "prefill/decode speed of the embedded engine", RunEngineBench);
+
+}  // namespace moe::bench
