@@ -1,0 +1,30 @@
+// Built-ins of the chat-template interpreter: filters, tests, methods of str/dict/list values,
+// and the globals (range, namespace, raise_exception, strftime_now, dict, joiner-free subset).
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "services/gateway/core/chat_template_eval.h"
+#include "services/gateway/core/chat_template_value.h"
+
+namespace moe::gateway::jinja {
+
+// `operand | name(args, kwargs)`. kInvalidArgument for an unknown filter or bad arguments.
+absl::StatusOr<Value> ApplyFilter(Interpreter& interp, std::string_view name, Value operand,
+                                  ValueList args, KwArgs kwargs);
+
+// `operand is name(args)`. kInvalidArgument for an unknown test.
+absl::StatusOr<bool> ApplyTest(Interpreter& interp, std::string_view name, const Value& operand,
+                               const ValueList& args);
+
+// `object.name` for a Python method of a str, dict or list: a bound callable, or undefined.
+Value GetMethod(const Value& object, std::string_view name);
+
+// The global functions every render starts with.
+ValueDict MakeGlobals();
+
+// Python str.strip/lstrip/rstrip: `chars` null strips Unicode whitespace.
+std::string PyStrip(std::string_view s, const std::string* chars, bool left, bool right);
+
+}  // namespace moe::gateway::jinja
