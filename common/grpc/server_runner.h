@@ -84,7 +84,9 @@ class ServerRunner {
 
   // Graceful shutdown: NOT_SERVING, stop accepting calls, let in-flight calls finish until
   // now + drain_timeout (or `deadline`), then cancel the rest. Blocks until done; idempotent
-  // (a second caller waits for the first).
+  // (a second caller waits for the first). Note: a peer process that holds an idle connection
+  // and is not polling acks the GOAWAY only on gRPC's 5 s client backup poll, so such a drain
+  // can take up to ~5 s (never past the deadline).
   void Shutdown();
   void Shutdown(absl::Time deadline);
 
