@@ -32,6 +32,9 @@ struct GenerateRequest {
   engine::SamplingParams sampling;
   // The request ends with kAbort / DEADLINE_EXCEEDED once the scheduler's clock passes this.
   absl::Time deadline = absl::InfiniteFuture();
+  // Lower runs first (admission order, and the last to be preempted); ties: first come first
+  // served. [-1000, 1000].
+  int32_t priority = 0;
   // Prefix-cache namespace: requests with different salts never share KV blocks ("" = shared).
   std::string cache_salt;
 };
@@ -47,6 +50,8 @@ struct Usage {
 // last event the finish reason, the final status and the usage.
 struct StreamEvent {
   std::vector<int32_t> token_ids;
+  // Parallel to token_ids when the request asked for logprobs (sampling.logprobs >= 0), else empty.
+  std::vector<engine::SampledToken> logprobs;
   FinishReason finish_reason = FinishReason::kNone;
   absl::Status status;  // non-OK with kAbort / kError: why
   Usage usage;          // filled on the final event

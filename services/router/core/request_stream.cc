@@ -29,10 +29,11 @@ bool RequestStream::HasRoom() const {
   return static_cast<int64_t>(pending_.size()) < capacity_;
 }
 
-void RequestStream::PushToken(int32_t token_id) {
+void RequestStream::PushToken(int32_t token_id, const engine::SampledToken* logprob) {
   absl::MutexLock lock(&mu_);
   if (finish_reason_ != FinishReason::kNone) return;
   pending_.push_back(token_id);
+  if (logprob != nullptr) pending_logprobs_.push_back(*logprob);
 }
 
 void RequestStream::Finish(FinishReason reason, absl::Status status, const Usage& usage) {
@@ -64,6 +65,7 @@ std::optional<StreamEvent> RequestStream::Next(absl::Duration timeout) {
     }
     const bool was_full = static_cast<int64_t>(pending_.size()) >= capacity_;
     event.token_ids.swap(pending_);
+    event.logprobs.swap(pending_logprobs_);
     if (finish_reason_ != FinishReason::kNone) {
       event.finish_reason = finish_reason_;
       event.status = status_;

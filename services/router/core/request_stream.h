@@ -28,7 +28,8 @@ class RequestStream {
   // True when fewer than `capacity` tokens are unread; the scheduler only decodes then.
   bool HasRoom() const;
   // Appends one generated token. Never blocks (room is checked before the step that made it).
-  void PushToken(int32_t token_id);
+  // `logprob` (may be null) is kept when the request asked for logprobs.
+  void PushToken(int32_t token_id, const engine::SampledToken* logprob = nullptr);
   // Ends the stream; later calls are ignored. Wakes every waiting consumer.
   void Finish(FinishReason reason, absl::Status status, const Usage& usage);
   // `fn` runs (without this stream's lock) whenever a read frees room in a stream that was full.
@@ -46,6 +47,7 @@ class RequestStream {
   const int64_t capacity_;
   mutable absl::Mutex mu_;
   std::vector<int32_t> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<engine::SampledToken> pending_logprobs_ ABSL_GUARDED_BY(mu_);
   FinishReason finish_reason_ ABSL_GUARDED_BY(mu_) = FinishReason::kNone;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   Usage usage_ ABSL_GUARDED_BY(mu_);

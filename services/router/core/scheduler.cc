@@ -34,6 +34,15 @@ struct Scheduler::Sequence {
   absl::Time last_token = absl::InfinitePast();
 };
 
+namespace {
+// Scheduling order: priority, then arrival (seq ids grow with arrival).
+template <typename S>
+bool Before(const S* a, const S* b) {
+  if (a->request.priority != b->request.priority) return a->request.priority < b->request.priority;
+  return a->id < b->id;
+}
+}  // namespace
+
 // Lets a RequestStream (which may outlive the scheduler) wake the loop safely.
 struct Scheduler::Waker {
   absl::Mutex mu;
@@ -90,6 +99,10 @@ Scheduler::~Scheduler() {
 absl::Status Scheduler::ValidateRequest(const GenerateRequest& request) const {
   const auto& prompt = request.prompt_token_ids;
   if (prompt.empty()) return absl::InvalidArgumentError("prompt_token_ids is empty");
+  if (request.priority < -1000 || request.priority > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("priority ", request.priority, " is outside [-1000, 1000]"));
+  }
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab_size_) {
       return absl::InvalidArgumentError(absl::StrCat("prompt_token_ids[", i, "] = ", prompt[i],
@@ -223,7 +236,9 @@ void Scheduler::DrainInbox() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& seq : inbox_) {
-      waiting_.push_back(seq.get());
+      waiting_.insert(
+          std::upper_bound(waiting_.begin(), waiting_.end(), seq.get(), Before<Sequence>),
+          seq.get());
       const SeqId id = seq->id;
       sequences_.emplace(id, std::move(seq));
     }
@@ -282,7 +297,8 @@ void Scheduler::Preempt(Sequence& seq) {
   seq.num_slots = 0;
   seq.num_computed = 0;
   running_.pop_back();
-  waiting_.push_front(&seq);
+  // Ahead of every later arrival of its priority: it goes back to the front.
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), &seq, Before<Sequence>), &seq);
   ++num_preemptions_;
 }
 
@@ -482,7 +498,7 @@ void Scheduler::ProcessLogits(Sequence& seq, const float* logits, absl::Time now
   const int32_t token = sampled.token_id;
   seq.tokens.push_back(token);
   ++seq.num_generated;
-  seq.stream->PushToken(token);
+  seq.stream->PushToken(token, params.logprobs >= 0 ? &sampled : nullptr);
   if (seq.num_generated == 1) {
     seq.first_token = now;
     if (metrics_ != nullptr)

@@ -3,12 +3,14 @@
 // Each Step():
 //   1. takes in new requests and cancellations, and ends requests past their deadline (their
 //      blocks are freed at once);
-//   2. schedules every running decode (one token each) in arrival order, preempting by recompute
-//      when the KV cache has no block for one (the latest arrival first: its blocks are freed and
-//      it goes back to the front of the waiting queue with its tokens so far, to be re-prefilled);
+//   2. schedules every running decode (one token each) in (priority, arrival) order, preempting
+//      by recompute when the KV cache has no block for one (the last in that order first: its
+//      blocks are freed and it goes back to the front of the waiting queue with its tokens so far,
+//      to be re-prefilled);
 //   3. continues running prefills, at most chunked_prefill_size tokens each, within the token
 //      budget (max_batch_tokens);
-//   4. admits waiting requests first-come-first-served while max_num_seqs, the token budget and
+//   4. admits waiting requests in (priority, arrival) order while max_num_seqs, the token budget
+//   and
 //      free KV blocks allow (a prompt prefix already in the prefix cache is not recomputed: the
 //      count is reported as usage.cached_prompt_tokens); never admits past a head that does not
 //      fit;
@@ -155,8 +157,8 @@ class Scheduler {
   // Owned by the stepping thread (the loop, or the caller of Step()).
   std::unique_ptr<kv::BlockManager> block_manager_;
   absl::flat_hash_map<common::SeqId, std::unique_ptr<Sequence>> sequences_;
-  std::vector<Sequence*> running_;  // ascending arrival (= ascending seq id)
-  std::deque<Sequence*> waiting_;   // admission order: preempted first, then FCFS
+  std::vector<Sequence*> running_;  // ascending (priority, seq id); seq ids grow with arrival
+  std::deque<Sequence*> waiting_;   // ascending (priority, seq id): a preempted one goes first
   bool finished_any_ = false;       // RemoveFinished has work
   int64_t last_prefix_queries_ = 0;
   int64_t last_prefix_hits_ = 0;

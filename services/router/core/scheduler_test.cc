@@ -225,6 +225,47 @@ TEST(SchedulerTest, TokenBudgetAndMaxNumSeqsBoundASstep) {
     EXPECT_THAT(out[i].token_ids, ElementsAreArray(Reference(Tokens(10, i), 4)));
 }
 
+TEST(SchedulerTest, LowerPriorityValueIsAdmittedFirst) {
+  SchedulerOptions options;
+  options.max_num_seqs = 1;
+  Harness h(options);
+  GenerateRequest late = GreedyRequest(Tokens(6, 1), 2);
+  late.priority = 5;
+  GenerateRequest urgent = GreedyRequest(Tokens(6, 2), 2);
+  urgent.priority = -1;
+  auto s_late = h.Submit(late);
+  auto s_urgent = h.Submit(urgent);
+  h.scheduler->Step();
+  Collected a, b;
+  EXPECT_FALSE(Poll(*s_late, &a));
+  EXPECT_THAT(a.token_ids, IsEmpty());
+  Poll(*s_urgent, &b);
+  EXPECT_EQ(b.token_ids.size(), 1u);
+  GenerateRequest bad = GreedyRequest({1}, 1);
+  bad.priority = 1001;
+  EXPECT_THAT(h.scheduler->Submit(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(SchedulerTest, LogprobsTravelWithTheirTokens) {
+  Harness h;
+  GenerateRequest r = GreedyRequest(Tokens(6, 1), 3);
+  r.sampling.logprobs = 2;
+  auto stream = h.Submit(r);
+  RunUntilIdle(*h.scheduler);
+  std::vector<engine::SampledToken> logprobs;
+  while (auto event = stream->Next(absl::ZeroDuration())) {
+    ASSERT_EQ(event->logprobs.size(), event->token_ids.size());
+    logprobs.insert(logprobs.end(), event->logprobs.begin(), event->logprobs.end());
+  }
+  ASSERT_EQ(logprobs.size(), 3u);
+  const auto ref = Reference(Tokens(6, 1), 3);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(logprobs[i].token_id, ref[i]);
+    EXPECT_LE(logprobs[i].logprob, 0.0f);
+    EXPECT_EQ(logprobs[i].top.size(), 2u);
+  }
+}
+
 TEST(SchedulerTest, PreemptionByRecomputeKeepsOutputAndFreesEverything) {
   // 12 blocks of 4 slots; four requests of 10 + 20 tokens need 8 blocks each at the end.
   Harness h(SchedulerOptions{}, FakeModelRunnerOptions{.num_kv_blocks = 12, .kv_block_size = 4});

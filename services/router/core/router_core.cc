@@ -1,0 +1,77 @@
+#include "services/router/core/router_core.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/kv/block_manager.h"
+
+namespace moe::router {
+
+absl::Status RouterCoreOptions::Validate() const {
+  RETURN_IF_ERROR(common::config::CheckFields(*this));
+  if (kv_num_blocks == 0 && kv_cache_bytes == 0) {
+    return absl::InvalidArgumentError("kv_cache_bytes: must be > 0 when kv_num_blocks is 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreOptions& options,
+                                                               common::metrics::Registry* registry,
+                                                               common::Clock* clock) {
+  RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<RouterCore> core(new RouterCore());
+  core->model_name_ = options.model_name;
+  if (core->model_name_.empty()) {
+    core->model_name_ =
+        std::filesystem::path(options.model_dir).lexically_normal().filename().string();
+    if (core->model_name_.empty()) {
+      core->model_name_ = std::filesystem::path(options.model_dir).parent_path().filename();
+    }
+  }
+  // The router holds every tensor for now: experts run in-process (LocalExpertExecutor).
+  ASSIGN_OR_RETURN(core->checkpoint_, model::Checkpoint::Open(options.model_dir));
+  const model::ModelConfig& config = core->checkpoint_->config();
+
+  engine::EngineOptions engine_options;
+  engine_options.num_threads = options.num_threads;
+  engine_options.kv_cache_bytes = options.kv_cache_bytes;
+  engine_options.kv_num_blocks = options.kv_num_blocks;
+  engine_options.block_size = options.block_size;
+  engine_options.max_batch_tokens = options.scheduler.max_batch_tokens;
+  ASSIGN_OR_RETURN(core->engine_,
+                   engine::Engine::Create(config, core->checkpoint_->weights(), engine_options));
+  core->runner_ = std::make_unique<EngineModelRunner>(core->engine_.get());
+
+  kv::BlockManagerOptions kv_options;
+  kv_options.block_size = options.block_size;
+  kv_options.num_blocks = core->engine_->kv_cache().num_blocks();
+  kv_options.enable_prefix_caching = options.enable_prefix_caching;
+  kv_options.model_id = core->model_name_;
+  kv_options.kv_dtype = common::DType::kF32;  // the engine keeps K/V in f32
+  ASSIGN_OR_RETURN(auto block_manager, kv::BlockManager::Create(kv_options));
+
+  SchedulerOptions scheduler_options = options.scheduler;
+  if (scheduler_options.eos_token_ids.empty()) {
+    for (int64_t id : config.eos_token_ids) {
+      scheduler_options.eos_token_ids.push_back(static_cast<int32_t>(id));
+    }
+    if (scheduler_options.eos_token_ids.empty() && config.eos_token_id >= 0) {
+      scheduler_options.eos_token_ids.push_back(static_cast<int32_t>(config.eos_token_id));
+    }
+  }
+  if (registry != nullptr) {
+    core->metrics_ = std::make_unique<RouterMetrics>(*registry, core->model_name_);
+  }
+  ASSIGN_OR_RETURN(core->scheduler_,
+                   Scheduler::Create(scheduler_options, std::move(block_manager),
+                                     core->runner_.get(), clock, core->metrics_.get()));
+  return core;
+}
+
+RouterCore::~RouterCore() {
+  if (scheduler_ != nullptr) scheduler_->Shutdown(absl::InfinitePast());
+}
+
+}  // namespace moe::router

@@ -1,0 +1,86 @@
+// Everything the router runs in-process, wired: the checkpoint (memory-mapped), the engine with
+// its experts in-process (LocalExpertExecutor; the experts issue puts them across the network),
+// the L1 block manager over the engine's KV cache, and the scheduler. No gRPC: main.cc, the
+// server test and `moe bench router` all build the router through this.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/base/clock.h"
+#include "common/config/schema.h"
+#include "common/engine/engine.h"
+#include "common/metrics/registry.h"
+#include "common/model/checkpoint.h"
+#include "services/router/core/engine_model_runner.h"
+#include "services/router/core/router_metrics.h"
+#include "services/router/core/scheduler.h"
+#include "services/router/core/scheduler_options.h"
+
+namespace moe::router {
+
+struct RouterCoreOptions {
+  // Hugging Face checkpoint directory (config.json + *.safetensors). Required.
+  std::string model_dir;
+  // The model id served (the `model` metric label, GenerateRequest.model); "" = the directory's
+  // base name.
+  std::string model_name;
+  // Engine threads (the caller included). More = faster steps, fewer cores for the rest.
+  int num_threads = 2;
+  // L1 KV budget for K+V of all layers, bytes; the pool is budget / bytes-per-block blocks.
+  int64_t kv_cache_bytes = 256ll << 20;
+  // > 0: exactly this many KV blocks (overrides kv_cache_bytes).
+  int64_t kv_num_blocks = 0;
+  // Tokens per KV block (the prefix-cache granularity).
+  int block_size = 16;
+  // Automatic prefix caching of full KV blocks (off = every prompt is prefilled in full).
+  bool enable_prefix_caching = true;
+  SchedulerOptions scheduler;
+
+  static void Describe(common::config::Schema<RouterCoreOptions>& s) {
+    s.Add("model_dir", &RouterCoreOptions::model_dir, "HF checkpoint directory").NonEmpty();
+    s.Add("model_name", &RouterCoreOptions::model_name, "served model id; default dir name");
+    s.Add("num_threads", &RouterCoreOptions::num_threads, "engine threads").Range(1, 1024);
+    s.Add("kv_cache_bytes", &RouterCoreOptions::kv_cache_bytes, "L1 KV budget, bytes").Min(0);
+    s.Add("kv_num_blocks", &RouterCoreOptions::kv_num_blocks, "> 0: exact L1 block count").Min(0);
+    s.Add("block_size", &RouterCoreOptions::block_size, "tokens per KV block").Range(1, 1024);
+    s.Add("enable_prefix_caching", &RouterCoreOptions::enable_prefix_caching,
+          "reuse cached prompt prefixes");
+    s.Section("scheduler", &RouterCoreOptions::scheduler);
+  }
+  absl::Status Validate() const;
+};
+
+// Owns the parts; the scheduler loop starts with Start(). Thread-safety: as Scheduler.
+class RouterCore {
+ public:
+  // Loads the model and builds the engine, KV pool and scheduler. `registry` and `clock` are
+  // borrowed and must outlive the core. Errors: INVALID_ARGUMENT (options), the checkpoint's
+  // errors (NOT_FOUND, INVALID_ARGUMENT), RESOURCE_EXHAUSTED (KV allocation).
+  static absl::StatusOr<std::unique_ptr<RouterCore>> Create(const RouterCoreOptions& options,
+                                                            common::metrics::Registry* registry,
+                                                            common::Clock* clock);
+  // Shuts the scheduler down (aborting what runs) before the engine goes.
+  ~RouterCore();
+
+  Scheduler& scheduler() { return *scheduler_; }
+  engine::Engine& engine() { return *engine_; }
+  const model::ModelConfig& config() const { return checkpoint_->config(); }
+  const std::string& model_name() const { return model_name_; }
+  const model::Checkpoint& checkpoint() const { return *checkpoint_; }
+
+ private:
+  RouterCore() = default;
+
+  std::string model_name_;
+  std::unique_ptr<model::Checkpoint> checkpoint_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<EngineModelRunner> runner_;
+  std::unique_ptr<RouterMetrics> metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+}  // namespace moe::router

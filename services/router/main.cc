@@ -1,0 +1,103 @@
+// `router`: flags -> RouterOptions -> Validate -> load model + engine + scheduler -> gRPC server
+// (health SERVING once the weights are loaded) + metrics server -> wait for SIGTERM -> drain.
+//
+//   router --set core.model_dir=/models/small --set grpc.port=0 --set metrics.port=0
+//   router --config router.yaml --set core.scheduler.max_num_seqs=64
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/base/clock.h"
+#include "common/base/log.h"
+#include "common/config/loader.h"
+#include "common/grpc/listening.h"
+#include "common/grpc/server_runner.h"
+#include "common/grpc/signals.h"
+#include "common/metrics/metrics_server.h"
+#include "common/metrics/registry.h"
+#include "services/router/core/router_core.h"
+#include "services/router/router_server.h"
+
+namespace {
+
+using namespace moe;  // NOLINT: a main's wiring reads better without the prefixes.
+
+const common::config::FlagAlias kAliases[] = {
+    {"model", "core.model_dir"},
+    {"port", "grpc.port"},
+    {"metrics_port", "metrics.port"},
+};
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "router";
+  return buf;
+}
+
+absl::Status Run(int argc, char** argv) {
+  auto cl = common::config::ParseCommandLine(argc, argv, kAliases);
+  if (!cl.ok()) return cl.status();
+  if (cl->help) {
+    std::fputs(common::config::DescribeKeys<router::RouterOptions>().c_str(), stdout);
+    return absl::OkStatus();
+  }
+  auto options = common::config::LoadOptions<router::RouterOptions>(*cl);
+  if (!options.ok()) return options.status();
+  if (cl->print_config) {
+    std::fputs(common::config::DumpYaml(*options).c_str(), stdout);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = options->Validate(); !s.ok()) return s;
+  common::SetLogLevel(options->log_level);
+
+  common::metrics::Registry registry;
+  common::SystemClock& clock = common::SystemClock::Get();
+  MOE_LOG_INFO("router: loading {}", options->core.model_dir);
+  auto core = router::RouterCore::Create(options->core, &registry, &clock);
+  if (!core.ok()) return core.status();
+  const model::ModelConfig& config = (*core)->config();
+
+  router::RouterServerInfo info{
+      .model_name = (*core)->model_name(),
+      .router_id = options->router_id.empty() ? HostName() : options->router_id,
+      .vocab_size = config.vocab_size,
+      .max_context = config.max_position_embeddings,
+      .num_layers = config.num_hidden_layers,
+      .num_experts = config.num_experts};
+  router::RouterServer service(&(*core)->scheduler(), info, &clock);
+  common::rpc::ServerRunner runner(options->grpc);
+  runner.AddService(&service, moe::router::v1::Router::service_full_name());
+  if (absl::Status s = runner.Start(); !s.ok()) return s;
+  auto metrics_server = common::metrics::MetricsServer::Start(options->metrics, registry);
+  if (!metrics_server.ok()) return metrics_server.status();
+  if (absl::Status s = (*core)->scheduler().Start(); !s.ok()) return s;
+  // Weights are mapped and the engine is built: ready.
+  runner.SetServing(true);
+  common::rpc::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
+  MOE_LOG_INFO("router: serving {} on gRPC port {}, metrics port {}", info.model_name,
+               runner.port(), (*metrics_server)->port());
+
+  const int signo = common::rpc::WaitForTerminationSignal();
+  MOE_LOG_INFO("router: signal {}, draining", signo);
+  // In-flight Generate calls finish (the scheduler keeps stepping) until the drain deadline.
+  const absl::Time deadline = clock.Now() + options->grpc.drain_timeout;
+  runner.Shutdown(deadline);
+  (*core)->scheduler().Shutdown(deadline);
+  (*metrics_server)->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  moe::common::rpc::BlockTerminationSignals();
+  const absl::Status status = Run(argc, argv);
+  if (!status.ok()) {
+    MOE_LOG_ERROR("router: {}", status.ToString());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

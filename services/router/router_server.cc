@@ -1,0 +1,200 @@
+#include "services/router/router_server.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc/status.h"
+
+namespace moe::router {
+namespace {
+
+namespace pb = ::moe::router::v1;
+
+pb::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return pb::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return pb::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort:
+      return pb::FINISH_REASON_ABORT;
+    case FinishReason::kError:
+      return pb::FINISH_REASON_ERROR;
+    case FinishReason::kNone:
+      break;
+  }
+  return pb::FINISH_REASON_UNSPECIFIED;
+}
+
+bool PrintableAscii(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+// How often a waiting Generate call looks at whether its client is still there.
+constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
+
+}  // namespace
+
+RouterServer::RouterServer(Scheduler* scheduler, RouterServerInfo info, common::Clock* clock)
+    : scheduler_(scheduler), info_(std::move(info)), clock_(clock) {}
+
+absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateRequest& request) const {
+  if (!request.model().empty() && request.model() != info_.model_name) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this router serves model '", info_.model_name, "', not '", request.model(), "'"));
+  }
+  if (request.request_id().size() > 128 || !PrintableAscii(request.request_id())) {
+    return absl::InvalidArgumentError("request_id must be 1..128 printable ASCII bytes");
+  }
+  if (request.cache_salt().size() > 256) {
+    return absl::InvalidArgumentError("cache_salt is longer than 256 bytes");
+  }
+  if (request.max_tokens() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens ", request.max_tokens(), " is negative"));
+  }
+  const int64_t prompt_len = request.prompt_token_ids_size();
+  if (prompt_len >= info_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt_len,
+                                                   " tokens leaves no room in the context of ",
+                                                   info_.max_context, " tokens"));
+  }
+  if (prompt_len + request.max_tokens() > info_.max_context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt (", prompt_len, ") + max_tokens (", request.max_tokens(),
+                     ") exceeds the context of ", info_.max_context, " tokens"));
+  }
+  if (request.stop_token_ids_size() > 64) {
+    return absl::InvalidArgumentError("more than 64 stop_token_ids");
+  }
+  if (request.top_logprobs() < 0 || request.top_logprobs() > 20) {
+    return absl::InvalidArgumentError("top_logprobs must be in [0, 20]");
+  }
+  if (request.top_logprobs() > 0 && !request.logprobs()) {
+    return absl::InvalidArgumentError("top_logprobs needs logprobs");
+  }
+  GenerateRequest out;
+  out.prompt_token_ids.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+  const auto& sp = request.sampling();
+  engine::SamplingParams& s = out.sampling;
+  s.temperature = sp.temperature();  // unset = 0 = greedy
+  s.top_p = sp.top_p() == 0 ? 1.0f : sp.top_p();
+  s.top_k = sp.top_k();
+  s.min_p = sp.min_p();
+  if (sp.has_seed()) s.seed = sp.seed();
+  s.repetition_penalty = sp.repetition_penalty() == 0 ? 1.0f : sp.repetition_penalty();
+  s.frequency_penalty = sp.frequency_penalty();
+  s.presence_penalty = sp.presence_penalty();
+  for (const auto& [token, bias] : sp.logit_bias()) s.logit_bias.emplace_back(token, bias);
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());  // map order is unspecified
+  s.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  s.ignore_eos = request.ignore_eos();
+  s.logprobs = request.logprobs() ? request.top_logprobs() : -1;
+  // 0 = until a stop token or the end of the context.
+  s.max_tokens = request.max_tokens() > 0 ? request.max_tokens()
+                                          : static_cast<int32_t>(info_.max_context - prompt_len);
+  out.priority = request.priority();
+  out.cache_salt = request.cache_salt();
+  if (request.timeout_ms() > 0) {
+    out.deadline = clock_->Now() + absl::Milliseconds(request.timeout_ms());
+  }
+  return out;
+}
+
+::grpc::Status RouterServer::Generate(::grpc::ServerContext* context,
+                                      const pb::GenerateRequest* request,
+                                      ::grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  absl::StatusOr<GenerateRequest> converted = FromProto(*request);
+  if (!converted.ok()) return common::rpc::ToGrpcStatus(converted.status());
+  const std::string& request_id = request->request_id();
+  if (!request_id.empty()) {
+    absl::MutexLock lock(&mu_);
+    if (!active_request_ids_.insert(request_id).second) {
+      return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("request_id '", request_id, "' is already running"));
+    }
+  }
+  auto release_id = [&] {
+    if (request_id.empty()) return;
+    absl::MutexLock lock(&mu_);
+    active_request_ids_.erase(request_id);
+  };
+  absl::StatusOr<SubmittedRequest> submitted = scheduler_->Submit(*std::move(converted));
+  if (!submitted.ok()) {
+    release_id();
+    return common::rpc::ToGrpcStatus(submitted.status());
+  }
+  bool cancelled = false;
+  for (;;) {
+    std::optional<StreamEvent> event = submitted->stream->Next(kCancelPollInterval);
+    if (!event.has_value()) {
+      if (!cancelled && context->IsCancelled()) {
+        scheduler_->Cancel(submitted->seq_id);
+        cancelled = true;
+      }
+      continue;
+    }
+    pb::GenerateResponse response;
+    response.mutable_token_ids()->Assign(event->token_ids.begin(), event->token_ids.end());
+    for (const engine::SampledToken& t : event->logprobs) {
+      pb::TokenLogprobs* lp = response.add_logprobs();
+      lp->set_logprob(t.logprob);
+      for (const engine::TokenLogprob& top : t.top) {
+        pb::TopLogprob* tl = lp->add_top_logprobs();
+        tl->set_token_id(top.token_id);
+        tl->set_logprob(top.logprob);
+      }
+    }
+    if (event->final()) {
+      response.set_finish_reason(ToProto(event->finish_reason));
+      pb::Usage* usage = response.mutable_usage();
+      usage->set_prompt_tokens(static_cast<int32_t>(event->usage.prompt_tokens));
+      usage->set_completion_tokens(static_cast<int32_t>(event->usage.completion_tokens));
+      usage->set_cached_prompt_tokens(static_cast<int32_t>(event->usage.cached_prompt_tokens));
+      if (!event->status.ok()) response.set_error_message(std::string(event->status.message()));
+    }
+    if (!cancelled && !writer->Write(response)) {
+      // The client is gone: free its blocks, then wait for the scheduler to confirm.
+      scheduler_->Cancel(submitted->seq_id);
+      cancelled = true;
+    }
+    if (event->final()) break;
+  }
+  release_id();
+  if (cancelled) return ::grpc::Status(::grpc::StatusCode::CANCELLED, "client went away");
+  return ::grpc::Status::OK;
+}
+
+::grpc::Status RouterServer::GetStats(::grpc::ServerContext* context,
+                                      const pb::GetStatsRequest* request,
+                                      pb::GetStatsResponse* response) {
+  const SchedulerStats stats = scheduler_->GetStats();
+  response->set_router_id(info_.router_id);
+  response->set_model(info_.model_name);
+  response->set_num_requests_waiting(static_cast<int32_t>(stats.num_waiting));
+  response->set_num_requests_running(static_cast<int32_t>(stats.num_running));
+  response->set_kv_blocks_total(stats.kv.num_blocks_total);
+  // router.proto counts cached (unreferenced) blocks as used.
+  const int64_t used = stats.kv.num_blocks_used + stats.kv.num_blocks_cached;
+  response->set_kv_blocks_used(used);
+  response->set_kv_usage_ratio(
+      stats.kv.num_blocks_total > 0 ? static_cast<float>(used) / stats.kv.num_blocks_total : 0.0f);
+  response->set_placement_version(0);
+  // TODO(router): expert-load window (the experts issue adds the load tracker); zeros until then.
+  pb::ExpertLoadWindow* load = response->mutable_expert_load();
+  load->set_window_ms(0);
+  load->set_num_layers(static_cast<int32_t>(info_.num_layers));
+  load->set_num_experts(static_cast<int32_t>(info_.num_experts));
+  load->mutable_tokens()->Resize(static_cast<int>(info_.num_layers * info_.num_experts), 0);
+  return ::grpc::Status::OK;
+}
+
+::grpc::Status RouterServer::SetPlacement(::grpc::ServerContext* context,
+                                          const pb::SetPlacementRequest* request,
+                                          pb::SetPlacementResponse* response) {
+  return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED,
+                        "SetPlacement: experts run in-process in this router (experts issue)");
+}
+
+}  // namespace moe::router

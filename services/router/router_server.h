@@ -1,0 +1,89 @@
+// The router's gRPC face (moe.router.v1.Router): proto <-> core conversion, absl -> gRPC status,
+// per-call deadlines and client cancellation. The scheduling itself is core/scheduler.h.
+//
+// Generate streams one GenerateResponse per batch of new tokens (usually one token) and a last
+// message with finish_reason and usage; requests rejected before streaming get a gRPC error
+// (INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE). A client that goes
+// away (or whose call deadline passes) is cancelled in the scheduler, which frees its KV blocks
+// at the next step. GetStats reports queue and L1 figures. SetPlacement is UNIMPLEMENTED until
+// the experts issue moves experts out of process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
+#include "common/config/schema.h"
+#include "common/grpc/server_runner.h"
+#include "common/metrics/metrics_server.h"
+#include "moe/router/v1/router.grpc.pb.h"
+#include "services/router/core/router_core.h"
+#include "services/router/core/scheduler.h"
+
+namespace moe::router {
+
+// Everything main.cc reads from --config / --set.
+struct RouterOptions {
+  RouterCoreOptions core;
+  common::rpc::ServerOptions grpc;
+  common::metrics::MetricsServerOptions metrics;
+  // This router's id in GetStats ("" = the host name).
+  std::string router_id;
+  // Log level: trace|debug|info|warn|error|off.
+  std::string log_level = "info";
+
+  static void Describe(common::config::Schema<RouterOptions>& s) {
+    s.Section("core", &RouterOptions::core);
+    s.Section("grpc", &RouterOptions::grpc);
+    s.Section("metrics", &RouterOptions::metrics);
+    s.Add("router_id", &RouterOptions::router_id, "id reported by GetStats; default host name");
+    s.Add("log_level", &RouterOptions::log_level, "trace|debug|info|warn|error|off");
+  }
+  absl::Status Validate() const { return common::config::CheckFields(*this); }
+};
+
+// What the server needs to know about the model besides the scheduler.
+struct RouterServerInfo {
+  std::string model_name;  // GenerateRequest.model must be "" or this
+  std::string router_id;
+  int64_t vocab_size = 0;
+  int64_t max_context = 0;
+  int64_t num_layers = 0;
+  int64_t num_experts = 0;
+};
+
+// Thread-safe: gRPC calls it from its own threads. Borrows the scheduler and clock.
+class RouterServer final : public moe::router::v1::Router::Service {
+ public:
+  RouterServer(Scheduler* scheduler, RouterServerInfo info, common::Clock* clock);
+
+  // The core request for a proto request (exposed for tests). INVALID_ARGUMENT /
+  // FAILED_PRECONDITION as documented in router.proto.
+  absl::StatusOr<GenerateRequest> FromProto(const moe::router::v1::GenerateRequest& request) const;
+
+  // moe::router::v1::Router::Service
+  ::grpc::Status Generate(::grpc::ServerContext* context,
+                          const moe::router::v1::GenerateRequest* request,
+                          ::grpc::ServerWriter<moe::router::v1::GenerateResponse>* writer) override;
+  ::grpc::Status GetStats(::grpc::ServerContext* context,
+                          const moe::router::v1::GetStatsRequest* request,
+                          moe::router::v1::GetStatsResponse* response) override;
+  ::grpc::Status SetPlacement(::grpc::ServerContext* context,
+                              const moe::router::v1::SetPlacementRequest* request,
+                              moe::router::v1::SetPlacementResponse* response) override;
+
+ private:
+  Scheduler* const scheduler_;
+  const RouterServerInfo info_;
+  common::Clock* const clock_;
+
+  absl::Mutex mu_;
+  // request_ids of running Generate calls (a duplicate is INVALID_ARGUMENT).
+  absl::flat_hash_set<std::string> active_request_ids_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace moe::router
