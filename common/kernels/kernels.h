@@ -42,8 +42,9 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
 void RmsNorm(const float* x, int64_t m, int64_t d, const WeightView& weight, float eps, float* out);
 
 // Rotary embedding in the HF rotate_half convention on x[m, num_heads, head_dim], in place.
-// Row i uses positions[i]. inv_freq[j] = 1 / theta^(2j/head_dim) computed in f32 as HF does;
-// only the first `rotary_dim` (<= head_dim, even) features rotate.
+// Row i uses positions[i]. inv_freq[j] = 1 / theta^(2j/rotary_dim) computed in f32 as HF does
+// (HF builds inv_freq over the rotary part); only the first `rotary_dim` (<= head_dim, even)
+// features rotate.
 void ApplyRope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
                const int32_t* positions, float theta);
 
