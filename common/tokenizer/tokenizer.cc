@@ -374,9 +374,12 @@ absl::Status Tokenizer::Init(std::string_view tokenizer_json, std::string_view c
     added_by_content_[t.content] = t.id;
     if (t.special) special_ids_.insert(t.id);
     if (t.normalized && normalizer_ != nullptr) {
-      normalized_trie_.Insert(normalizer_->Normalize(t.content), static_cast<int32_t>(i));
+      const std::string content = normalizer_->Normalize(t.content);
+      normalized_trie_.Insert(content, static_cast<int32_t>(i));
+      if (!t.special) normalized_trie_plain_.Insert(content, static_cast<int32_t>(i));
     } else {
       raw_trie_.Insert(t.content, static_cast<int32_t>(i));
+      if (!t.special) raw_trie_plain_.Insert(t.content, static_cast<int32_t>(i));
     }
   }
   auto token_id = [this](const std::string& s) {
@@ -464,7 +467,8 @@ bool Tokenizer::IsEos(int32_t id) const {
   return std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view input, bool add_special_tokens) const {
+std::vector<int32_t> Tokenizer::Encode(std::string_view input, bool add_special_tokens,
+                                       bool parse_special_tokens) const {
   std::string repaired;
   std::string_view text = input;
   if (!IsValidUtf8(text)) {
@@ -474,24 +478,25 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view input, bool add_special_
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 8);
   if (add_special_tokens) out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
-  const auto sections = SplitAdded(raw_trie_, text);
+  const auto sections = SplitAdded(parse_special_tokens ? raw_trie_ : raw_trie_plain_, text);
   for (size_t i = 0; i < sections.size(); ++i) {
     if (sections[i].token >= 0) {
       out.push_back(added_tokens_[sections[i].token].id);
     } else if (!sections[i].text.empty()) {
-      EncodeSection(sections[i].text, i == 0, &out);
+      EncodeSection(sections[i].text, i == 0, parse_special_tokens, &out);
     }
   }
   if (add_special_tokens) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
   return out;
 }
 
-void Tokenizer::EncodeSection(std::string_view text, bool at_text_start,
+void Tokenizer::EncodeSection(std::string_view text, bool at_text_start, bool parse_special,
                               std::vector<int32_t>* out) const {
   std::string normalized =
       normalizer_ != nullptr ? normalizer_->Normalize(std::string(text)) : std::string(text);
   if (normalized.empty()) return;
-  for (const auto& sub : SplitAdded(normalized_trie_, normalized)) {
+  for (const auto& sub :
+       SplitAdded(parse_special ? normalized_trie_ : normalized_trie_plain_, normalized)) {
     if (sub.token >= 0) {
       out->push_back(added_tokens_[sub.token].id);
     } else if (!sub.text.empty()) {

@@ -57,7 +57,12 @@ class Tokenizer {
   // written in the text are recognised. With `add_special_tokens`, the post-processor's tokens
   // (e.g. BOS) are added, or, when tokenizer.json has no template, those that
   // tokenizer_config.json's add_bos_token / add_eos_token ask for.
-  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true) const;
+  //
+  // With `parse_special_tokens` false, special tokens written in the text are encoded as plain
+  // text (HF's split_special_tokens=true): use it for untrusted content such as user messages.
+  // Non-special added tokens are still recognised.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true,
+                              bool parse_special_tokens = true) const;
 
   // Text of `ids`; ids outside the vocabulary are skipped. Invalid UTF-8 produced by byte tokens
   // becomes U+FFFD (one per maximal invalid subsequence).
@@ -96,7 +101,8 @@ class Tokenizer {
   Tokenizer() = default;
   absl::Status Init(std::string_view tokenizer_json, std::string_view config_json,
                     std::string_view generation_config_json, std::string_view chat_template_file);
-  void EncodeSection(std::string_view text, bool at_text_start, std::vector<int32_t>* out) const;
+  void EncodeSection(std::string_view text, bool at_text_start, bool parse_special,
+                     std::vector<int32_t>* out) const;
   void EncodeNormalized(const std::string& text, bool at_text_start,
                         std::vector<int32_t>* out) const;
 
@@ -130,7 +136,8 @@ class Tokenizer {
   std::vector<std::string> id_to_token_;
   std::vector<uint8_t> is_added_;
   std::vector<AddedToken> added_tokens_;
-  Trie raw_trie_, normalized_trie_;
+  // All added tokens, and the non-special ones only (for parse_special_tokens=false).
+  Trie raw_trie_, normalized_trie_, raw_trie_plain_, normalized_trie_plain_;
   absl::flat_hash_map<std::string, int32_t> added_by_content_;
   absl::flat_hash_set<int32_t> special_ids_;
 

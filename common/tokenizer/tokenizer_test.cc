@@ -3,6 +3,7 @@
 // (tokenizer_oracle_test.cc compares real tokenizers with HF's implementation.)
 #include "common/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -266,6 +267,16 @@ TEST(TokenizerTest, ByteLevelWithAddedTokens) {
   EXPECT_EQ(t->Decode(ids, true), "hi \xF0\x9F\x98\x80");  // <|end|> is special, <tool> is not
   EXPECT_EQ(t->Decode(t->Encode("a<tool>", false), true), "a<tool>");
   EXPECT_EQ(t->eos_id(), 1000);
+}
+
+TEST(TokenizerTest, SpecialTokensCanBeEncodedAsPlainText) {
+  auto t = Load(ByteLevelTokenizer(), {{"eos_token", "<|end|>"}});
+  ASSERT_NE(t, nullptr);
+  const auto ids = t->Encode("a<|end|>b<tool>", false, /*parse_special_tokens=*/false);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1000), 0);  // <|end|> spelled out in bytes
+  EXPECT_EQ(ids.back(), 1001);                             // <tool> is not special
+  EXPECT_EQ(t->Decode(ids), "a<|end|>b<tool>");
+  EXPECT_EQ(t->Encode("a<|end|>b", false, true)[1], 1000);
 }
 
 TEST(TokenizerTest, InvalidUtf8InputIsRepaired) {
