@@ -1,0 +1,45 @@
+// OpenAI-style API errors: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+//
+//   400 invalid_request_error (param names the offending field), 401 invalid_api_key,
+//   404 model_not_found, 413 request_too_large, 429 rate_limit_exceeded (+ Retry-After),
+//   503 overloaded / draining (+ Retry-After), 500 server_error.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "services/gateway/core/http_types.h"
+
+namespace moe::gateway {
+
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::optional<std::string> param;  // JSON null when unset
+  std::optional<std::string> code;   // JSON null when unset
+  int retry_after_s = 0;             // > 0: a Retry-After header (429, 503)
+
+  // The error JSON object {"error": {...}} as text.
+  std::string ToJson() const;
+  // A complete HTTP response carrying ToJson() (and Retry-After when set).
+  HttpResponse ToResponse() const;
+
+  static ApiError InvalidParam(std::string param, std::string message);
+  static ApiError InvalidRequest(std::string message);
+  static ApiError ModelNotFound(const std::string& model);
+  static ApiError NotFound(const std::string& what);
+  static ApiError MethodNotAllowed(const std::string& method, const std::string& path);
+  static ApiError Unauthorized(std::string message);
+  static ApiError TooLarge(std::string message);
+  static ApiError RateLimited(int retry_after_s);
+  static ApiError Overloaded(std::string message, int retry_after_s);
+  static ApiError Internal(std::string message);
+  // From a backend/core status: INVALID_ARGUMENT/FAILED_PRECONDITION/OUT_OF_RANGE 400,
+  // NOT_FOUND 404, RESOURCE_EXHAUSTED/UNAVAILABLE 503 (Retry-After), DEADLINE_EXCEEDED 504,
+  // CANCELLED 499, anything else 500.
+  static ApiError FromStatus(const absl::Status& status, int retry_after_s = 1);
+};
+
+}  // namespace moe::gateway

@@ -1,0 +1,207 @@
+#include "services/gateway/core/completion_session.h"
+
+#include <utility>
+
+#include "services/gateway/core/api_error.h"
+
+namespace moe::gateway {
+
+CompletionSession::CompletionSession(SessionParams params, const tokenizer::Tokenizer& tokenizer,
+                                     std::shared_ptr<ResponseWriter> writer,
+                                     const common::Clock& clock, GatewayMetrics* metrics,
+                                     std::function<void()> on_done)
+    : params_(std::move(params)),
+      tokenizer_(tokenizer),
+      writer_(std::move(writer)),
+      clock_(clock),
+      metrics_(metrics),
+      on_done_(std::move(on_done)),
+      detok_(tokenizer, params_.skip_special_tokens),
+      stop_(params_.stop, params_.include_stop_str_in_output) {}
+
+CompletionSession::~CompletionSession() = default;
+
+void CompletionSession::Start(GenerateBackend& backend, GenerateRequest request) {
+  std::unique_ptr<GenerateCall> call = backend.Generate(std::move(request), shared_from_this());
+  GenerateCall* to_cancel = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    call_ = std::move(call);
+    // A stop string or a disconnect may have come before Generate() returned.
+    if (cancel_requested_) to_cancel = call_.get();
+  }
+  if (to_cancel != nullptr) to_cancel->Cancel();
+}
+
+void CompletionSession::Cancel() {
+  GenerateCall* to_cancel = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    client_gone_ = true;
+    if (finished_ || cancel_requested_) return;
+    cancel_requested_ = true;
+    to_cancel = call_.get();
+  }
+  if (to_cancel != nullptr) to_cancel->Cancel();
+}
+
+RenderedLogprob CompletionSession::RenderLogprob(int32_t token_id, const TokenLogprobs& lp) const {
+  const int32_t one[1] = {token_id};
+  RenderedLogprob out;
+  out.token = tokenizer_.Decode(one, /*skip_special_tokens=*/false);
+  out.logprob = lp.logprob;
+  for (const TopLogprob& t : lp.top) {
+    const int32_t alt[1] = {t.token_id};
+    out.top.emplace_back(tokenizer_.Decode(alt, /*skip_special_tokens=*/false), t.logprob);
+  }
+  return out;
+}
+
+void CompletionSession::OnUpdate(GenerateUpdate update) {
+  GenerateCall* to_cancel = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    const absl::Time now = clock_.Now();
+    if (!update.token_ids.empty()) {
+      if (!first_token_at_) {
+        first_token_at_ = now;
+        metrics_->ttft_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
+        metrics_->stage_route_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
+      }
+      last_token_at_ = now;
+    }
+    if (client_gone_) return;  // the cancellation's final callback ends the session
+    const absl::Time render_start = clock_.Now();
+    // With kStop the last token is the stop token: counted in usage, never rendered.
+    size_t render_n = update.token_ids.size();
+    if (update.finish == FinishReason::kStop && render_n > 0) --render_n;
+    std::string delta;
+    std::vector<RenderedLogprob> lps;
+    bool hit = false;
+    for (size_t i = 0; i < update.token_ids.size() && !hit; ++i) {
+      ++tokens_seen_;
+      if (i >= render_n) break;
+      const int32_t id = update.token_ids[i];
+      std::string piece = detok_.Add(id);
+      if (params_.logprobs && i < update.logprobs.size()) {
+        RenderedLogprob rl = RenderLogprob(id, update.logprobs[i]);
+        rl.text_offset = text_bytes_ + static_cast<int32_t>(delta.size());
+        lps.push_back(std::move(rl));
+      }
+      StopMatcher::Result r = stop_.Add(piece);
+      delta += r.text;
+      hit = r.stopped;
+    }
+    if (!hit && update.finish != FinishReason::kNone && update.finish != FinishReason::kError) {
+      StopMatcher::Result r = stop_.Add(detok_.Finish());
+      delta += r.text;
+      hit = r.stopped;
+      if (!hit) delta += stop_.Flush();
+    }
+    text_bytes_ += static_cast<int32_t>(delta.size());
+    if (params_.stream) {
+      EnsureStreamStartedLocked();
+      if (!delta.empty() || !lps.empty()) {
+        writer_->Write(
+            SseEvent(RenderChunk(params_.meta, /*role=*/false, delta, FinishReason::kNone,
+                                 params_.logprobs ? &lps : nullptr, params_.include_usage)));
+      }
+    } else {
+      text_ += delta;
+      for (RenderedLogprob& lp : lps) logprobs_.push_back(std::move(lp));
+    }
+    metrics_->stage_render_seconds.Observe(absl::ToDoubleSeconds(clock_.Now() - render_start));
+    if (hit) {
+      // Stopped by a stop string: usage as far as we know it; end the generation at once.
+      FinishLocked(FinishReason::kStop, std::nullopt);
+      if (update.finish == FinishReason::kNone) {
+        cancel_requested_ = true;
+        to_cancel = call_.get();
+      }
+    } else if (update.finish == FinishReason::kError) {
+      FailLocked(absl::InternalError(update.error_message.empty() ? "generation failed"
+                                                                  : update.error_message));
+    } else if (update.finish != FinishReason::kNone) {
+      FinishLocked(update.finish, update.usage);
+    }
+  }
+  if (to_cancel != nullptr) to_cancel->Cancel();
+}
+
+void CompletionSession::OnFailed(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  if (client_gone_) {
+    finished_ = true;
+    EndLocked(FinishReason::kAbort);
+    return;
+  }
+  FailLocked(status);
+}
+
+void CompletionSession::EnsureStreamStartedLocked() {
+  if (stream_started_) return;
+  stream_started_ = true;
+  writer_->StartStream(200, {{"Cache-Control", "no-cache"}});
+  if (params_.meta.endpoint == Endpoint::kChatCompletions) {
+    writer_->Write(SseEvent(RenderChunk(params_.meta, /*role=*/true, "", FinishReason::kNone,
+                                        nullptr, params_.include_usage)));
+  }
+}
+
+void CompletionSession::FinishLocked(FinishReason reason, std::optional<Usage> usage) {
+  finished_ = true;
+  Usage u = usage.value_or(Usage{params_.prompt_tokens, tokens_seen_, 0});
+  if (u.prompt_tokens == 0) u.prompt_tokens = params_.prompt_tokens;
+  if (params_.stream) {
+    EnsureStreamStartedLocked();
+    std::vector<RenderedLogprob> none;
+    writer_->Write(
+        SseEvent(RenderChunk(params_.meta, /*role=*/false, "", reason,
+                             params_.logprobs ? &none : nullptr, params_.include_usage)));
+    if (params_.include_usage) writer_->Write(SseEvent(RenderUsageChunk(params_.meta, u)));
+    writer_->Write(std::string(kSseDone));
+    writer_->End();
+  } else {
+    HttpResponse response;
+    response.body =
+        RenderResponse(params_.meta, text_, reason, u, params_.logprobs ? &logprobs_ : nullptr);
+    writer_->Send(std::move(response));
+  }
+  metrics_->prompt_tokens_total.Increment(u.prompt_tokens);
+  metrics_->generation_tokens_total.Increment(u.completion_tokens);
+  metrics_->cached_prompt_tokens_total.Increment(u.cached_prompt_tokens);
+  EndLocked(reason);
+}
+
+void CompletionSession::FailLocked(const absl::Status& status) {
+  finished_ = true;
+  ApiError error = ApiError::FromStatus(status, params_.retry_after_s);
+  if (stream_started_) {
+    writer_->Write(SseEvent(error.ToJson()));
+    writer_->Write(std::string(kSseDone));
+    writer_->End();
+  } else {
+    writer_->Send(error.ToResponse());
+  }
+  EndLocked(status.code() == absl::StatusCode::kCancelled ? FinishReason::kAbort
+                                                          : FinishReason::kError);
+}
+
+void CompletionSession::EndLocked(FinishReason reason) {
+  const absl::Time now = clock_.Now();
+  metrics_->CountFinish(reason);
+  metrics_->e2e_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
+  if (first_token_at_ && tokens_seen_ > 1) {
+    metrics_->tpot_seconds.Observe(absl::ToDoubleSeconds(last_token_at_ - *first_token_at_) /
+                                   (tokens_seen_ - 1));
+  }
+  if (on_done_) {
+    std::function<void()> done = std::move(on_done_);
+    on_done_ = nullptr;
+    done();
+  }
+}
+
+}  // namespace moe::gateway

@@ -1,0 +1,468 @@
+#include "services/gateway/core/gateway.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "services/gateway/core/completion_session.h"
+#include "services/gateway/core/openai_response.h"
+
+namespace moe::gateway {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+HttpResponse Text(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse JsonResponse(const Json& j) {
+  HttpResponse r;
+  r.body = DumpJson(j);
+  return r;
+}
+
+const char* PromptParam(const CompletionRequest& r) {
+  return r.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+}
+
+uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelInfo> LoadModelInfo(const GatewayOptions& options) {
+  ModelInfo info;
+  namespace fs = std::filesystem;
+  info.id = options.model_id;
+  if (info.id.empty()) {
+    fs::path p = fs::path(options.model_dir).lexically_normal();
+    if (!p.has_filename()) p = p.parent_path();
+    info.id = p.filename().string();
+  }
+  info.max_model_len = options.max_model_len;
+  if (info.max_model_len == 0) {
+    const std::string path = (fs::path(options.model_dir) / "config.json").string();
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    Json config = Json::parse(text, nullptr, false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+    }
+    auto it = config.find("max_position_embeddings");
+    if (it == config.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": max_position_embeddings is missing or not a positive integer"));
+    }
+    info.max_model_len = static_cast<int32_t>(std::min<int64_t>(it->get<int64_t>(), 1 << 30));
+  }
+  std::error_code ec;
+  auto mtime = fs::last_write_time(options.model_dir, ec);
+  if (!ec) {
+    info.created = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::file_clock::to_sys(mtime).time_since_epoch())
+                       .count();
+  }
+  return info;
+}
+
+absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options) {
+  std::vector<std::string> keys;
+  for (const std::string& k : options.api_keys) {
+    if (!k.empty()) keys.push_back(k);
+  }
+  if (!options.api_keys_file.empty()) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(options.api_keys_file));
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      absl::string_view key = absl::StripAsciiWhitespace(line);
+      if (key.empty() || key[0] == '#') continue;
+      keys.emplace_back(key);
+    }
+    if (keys.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(options.api_keys_file, ": holds no API key (auth would be off)"));
+    }
+  }
+  return keys;
+}
+
+absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& options,
+                                                         const ModelInfo& model, GatewayDeps deps) {
+  if (deps.tokenizer == nullptr || deps.backend == nullptr || deps.clock == nullptr ||
+      deps.registry == nullptr) {
+    return absl::InvalidArgumentError("Gateway::Create: every dependency is required");
+  }
+  if (model.max_model_len <= 0) {
+    return absl::InvalidArgumentError("max_model_len: must be positive");
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> keys, LoadApiKeys(options.auth));
+  ASSIGN_OR_RETURN(std::unique_ptr<PromptBuilder> prompts,
+                   PromptBuilder::Create(*deps.tokenizer, options.fallback_chat_template));
+  return std::unique_ptr<Gateway>(
+      new Gateway(options, model, deps, std::move(keys), std::move(prompts)));
+}
+
+Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
+                 std::vector<std::string> api_keys, std::unique_ptr<PromptBuilder> prompts)
+    : options_(options),
+      model_(model),
+      deps_(deps),
+      api_keys_(api_keys.begin(), api_keys.end()),
+      prompts_(std::move(prompts)),
+      request_limits_{.max_stop_strings = options.limits.max_stop_strings},
+      id_seed_(std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32)),
+      metrics_(*deps.registry, model.id),
+      rate_limiter_(options.limits.rate_limit_rps, options.limits.rate_limit_burst, deps.clock),
+      in_flight_(options.limits.max_in_flight) {}
+
+Gateway::~Gateway() = default;
+
+std::string Gateway::NewRequestId(const char* prefix) {
+  const uint64_t n = next_id_.fetch_add(1);
+  return absl::StrFormat("%s%016x%08x", prefix, Mix64(id_seed_ ^ n),
+                         static_cast<uint32_t>(Mix64(n + id_seed_)));
+}
+
+void Gateway::Reply(ResponseWriter& writer, HttpResponse response) {
+  writer.Send(std::move(response));
+}
+
+void Gateway::Reject(ResponseWriter& writer, const ApiError& error, const char* reason) {
+  metrics_.rejected_total.Add({{"reason", reason}}).Increment();
+  writer.Send(error.ToResponse());
+}
+
+CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  const bool post = request.method == "POST";
+  auto expect = [&](bool ok) {
+    if (!ok) Reply(*writer, ApiError::MethodNotAllowed(request.method, path).ToResponse());
+    return ok;
+  };
+  if (path == "/healthz") {
+    if (expect(get)) Reply(*writer, Text(200, "ok\n"));
+    return nullptr;
+  }
+  if (path == "/readyz") {
+    if (!expect(get)) return nullptr;
+    const bool ready = !draining() && deps_.backend->Ready();
+    Reply(*writer, Text(ready ? 200 : 503, ready ? "ready\n" : "not ready\n"));
+    return nullptr;
+  }
+  if (path == "/metrics") {
+    if (!expect(get)) return nullptr;
+    HttpResponse r = Text(200, deps_.registry->TextExposition());
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    Reply(*writer, std::move(r));
+    return nullptr;
+  }
+  const bool completions = path == "/v1/completions";
+  if (path == "/v1/chat/completions" || completions) {
+    if (!expect(post)) return nullptr;
+    return HandleCompletion(completions ? Endpoint::kCompletions : Endpoint::kChatCompletions,
+                            request, writer);
+  }
+  if (path == "/v1/models" || path == "/tokenize" || path == "/detokenize") {
+    if (!expect(path == "/v1/models" ? get : post)) return nullptr;
+    if (std::optional<ApiError> e = CheckAccess(request)) {
+      Reject(*writer, *e, e->http_status == 401 ? "auth" : "rate_limit");
+      return nullptr;
+    }
+    if (path == "/v1/models") {
+      Reply(*writer, HandleModels());
+    } else if (path == "/tokenize") {
+      Reply(*writer, HandleTokenize(request));
+    } else {
+      Reply(*writer, HandleDetokenize(request));
+    }
+    return nullptr;
+  }
+  if (absl::StartsWith(path, "/v1/models/")) {
+    if (!expect(get)) return nullptr;
+    const std::string id = path.substr(std::string("/v1/models/").size());
+    if (id != model_.id) {
+      Reply(*writer, ApiError::ModelNotFound(id).ToResponse());
+    } else {
+      Reply(*writer, JsonResponse(Json::parse(HandleModels().body)["data"][0]));
+    }
+    return nullptr;
+  }
+  Reply(*writer, ApiError::NotFound(path).ToResponse());
+  return nullptr;
+}
+
+std::optional<ApiError> Gateway::CheckAccess(const HttpRequest& request) {
+  std::string key;
+  if (!api_keys_.empty()) {
+    absl::string_view auth = absl::StripAsciiWhitespace(request.authorization);
+    if (auth.empty()) {
+      return ApiError::Unauthorized(
+          "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.");
+    }
+    if (!absl::ConsumePrefix(&auth, "Bearer ") && !absl::ConsumePrefix(&auth, "bearer ")) {
+      return ApiError::Unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.");
+    }
+    key = std::string(absl::StripAsciiWhitespace(auth));
+    if (!api_keys_.contains(key)) return ApiError::Unauthorized("Incorrect API key provided.");
+  }
+  const std::string bucket =
+      key.empty() ? absl::StrCat("client:", request.client) : absl::StrCat("key:", key);
+  const absl::Duration wait = rate_limiter_.TryAcquire(bucket);
+  if (wait > absl::ZeroDuration()) {
+    return ApiError::RateLimited(
+        std::max(1, static_cast<int>(std::ceil(absl::ToDoubleSeconds(wait)))));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> Gateway::CheckPromptIds(const CompletionRequest& request,
+                                                const std::vector<int32_t>& prompt) const {
+  const char* param = PromptParam(request);
+  if (prompt.empty()) return ApiError::InvalidParam(param, "The prompt is empty.");
+  const int32_t vocab = deps_.tokenizer->vocab_size();
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= vocab) {
+      return ApiError::InvalidParam(
+          param, absl::StrCat("Token id ", id, " is out of vocabulary (size ", vocab, ")."));
+    }
+  }
+  for (int32_t id : request.stop_token_ids) {
+    if (id >= vocab) {
+      return ApiError::InvalidParam("stop_token_ids",
+                                    absl::StrCat("Token id ", id, " is out of vocabulary."));
+    }
+  }
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id >= vocab) {
+      return ApiError::InvalidParam("logit_bias",
+                                    absl::StrCat("Token id ", id, " is out of vocabulary."));
+    }
+  }
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  const int32_t max_prompt = options_.limits.max_prompt_tokens > 0
+                                 ? std::min(options_.limits.max_prompt_tokens, model_.max_model_len)
+                                 : model_.max_model_len;
+  if (p > max_prompt || p >= model_.max_model_len) {
+    ApiError e = ApiError::InvalidParam(
+        param, absl::StrCat("This model's maximum context length is ", model_.max_model_len,
+                            " tokens (prompts at most ", max_prompt,
+                            " tokens). However, your "
+                            "request has ",
+                            p,
+                            " input tokens. Please reduce the length of "
+                            "the input."));
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  if (request.max_tokens && p + *request.max_tokens > model_.max_model_len) {
+    ApiError e = ApiError::InvalidParam(
+        request.endpoint == Endpoint::kChatCompletions ? "max_completion_tokens" : "max_tokens",
+        absl::StrCat("'max_tokens' is too large: ", *request.max_tokens,
+                     ". This model's "
+                     "maximum context length is ",
+                     model_.max_model_len,
+                     " tokens and your "
+                     "request has ",
+                     p, " input tokens (", p, " + ", *request.max_tokens, " > ",
+                     model_.max_model_len, ")."));
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  return std::nullopt;
+}
+
+CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
+                                   const std::shared_ptr<ResponseWriter>& writer) {
+  const absl::Time received = deps_.clock->Now();
+  if (draining()) {
+    Reject(*writer,
+           ApiError::Overloaded("The server is shutting down.", options_.limits.retry_after_s),
+           "draining");
+    return nullptr;
+  }
+  if (std::optional<ApiError> e = CheckAccess(http)) {
+    Reject(*writer, *e, e->http_status == 401 ? "auth" : "rate_limit");
+    return nullptr;
+  }
+  CompletionRequest request;
+  ApiError error;
+  if (!ParseCompletionRequest(endpoint, http.body, request_limits_, &request, &error)) {
+    Reject(*writer, error, "invalid");
+    return nullptr;
+  }
+  if (request.model != model_.id) {
+    Reject(*writer, ApiError::ModelNotFound(request.model), "invalid");
+    return nullptr;
+  }
+  absl::StatusOr<std::vector<int32_t>> prompt = prompts_->Build(request);
+  if (!prompt.ok()) {
+    ApiError e =
+        ApiError::InvalidParam(PromptParam(request), std::string(prompt.status().message()));
+    if (prompt.status().code() == absl::StatusCode::kResourceExhausted) e.http_status = 413;
+    Reject(*writer, e, "invalid");
+    return nullptr;
+  }
+  if (std::optional<ApiError> e = CheckPromptIds(request, *prompt)) {
+    Reject(*writer, *e, "invalid");
+    return nullptr;
+  }
+  const int32_t prompt_tokens = static_cast<int32_t>(prompt->size());
+  int32_t max_tokens = model_.max_model_len - prompt_tokens;
+  if (request.max_tokens) {
+    max_tokens = *request.max_tokens;
+  } else if (options_.default_max_tokens > 0) {
+    max_tokens = std::min(max_tokens, options_.default_max_tokens);
+  }
+  if (!in_flight_.TryAcquire()) {
+    Reject(*writer,
+           ApiError::Overloaded("Too many requests in flight; retry later.",
+                                options_.limits.retry_after_s),
+           "overloaded");
+    return nullptr;
+  }
+  metrics_.stage_parse_seconds.Observe(absl::ToDoubleSeconds(deps_.clock->Now() - received));
+  metrics_.requests_running.Increment();
+
+  SessionParams params;
+  params.meta.endpoint = endpoint;
+  params.meta.id = NewRequestId(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
+  params.meta.created = absl::ToUnixSeconds(received);
+  params.meta.model = model_.id;
+  params.stream = request.stream;
+  params.include_usage = request.include_usage;
+  params.logprobs = request.logprobs;
+  params.top_logprobs = request.top_logprobs;
+  params.skip_special_tokens = request.skip_special_tokens;
+  params.stop = request.stop;
+  params.include_stop_str_in_output = request.include_stop_str_in_output;
+  params.prompt_tokens = prompt_tokens;
+  params.received = received;
+  params.retry_after_s = options_.limits.retry_after_s;
+
+  GenerateRequest generate;
+  generate.request_id = params.meta.id;
+  generate.prompt_token_ids = std::move(*prompt);
+  generate.sampling = request.sampling;
+  generate.max_tokens = max_tokens;
+  generate.stop_token_ids = request.stop_token_ids;
+  generate.ignore_eos = request.ignore_eos;
+  generate.logprobs = request.logprobs;
+  generate.top_logprobs = request.top_logprobs;
+  generate.cache_salt = request.cache_salt;
+  generate.priority = request.priority;
+
+  auto session = std::make_shared<CompletionSession>(std::move(params), *deps_.tokenizer, writer,
+                                                     *deps_.clock, &metrics_, [this] {
+                                                       in_flight_.Release();
+                                                       metrics_.requests_running.Decrement();
+                                                     });
+  session->Start(*deps_.backend, std::move(generate));
+  return [weak = std::weak_ptr<CompletionSession>(session)] {
+    if (std::shared_ptr<CompletionSession> s = weak.lock()) s->Cancel();
+  };
+}
+
+HttpResponse Gateway::HandleModels() const {
+  Json model = {{"id", model_.id},
+                {"object", "model"},
+                {"created", model_.created},
+                {"owned_by", "moe"},
+                {"root", model_.id},
+                {"parent", nullptr},
+                {"max_model_len", model_.max_model_len}};
+  return JsonResponse(Json{{"object", "list"}, {"data", Json::array({std::move(model)})}});
+}
+
+HttpResponse Gateway::HandleTokenize(const HttpRequest& request) const {
+  Json body = Json::parse(request.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    return ApiError::InvalidRequest("The request body is not a JSON object.").ToResponse();
+  }
+  if (body.contains("model") && body["model"] != model_.id) {
+    return ApiError::ModelNotFound(body["model"].is_string() ? body["model"].get<std::string>()
+                                                             : body["model"].dump())
+        .ToResponse();
+  }
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    body["model"] = model_.id;
+    CompletionRequest parsed;
+    ApiError error;
+    if (!ParseCompletionRequest(Endpoint::kChatCompletions, body.dump(), request_limits_, &parsed,
+                                &error)) {
+      return error.ToResponse();
+    }
+    absl::StatusOr<std::vector<int32_t>> built = prompts_->Build(parsed);
+    if (!built.ok()) {
+      return ApiError::InvalidParam("messages", std::string(built.status().message())).ToResponse();
+    }
+    ids = std::move(*built);
+  } else {
+    auto prompt = body.find("prompt");
+    if (prompt == body.end() || !prompt->is_string()) {
+      return ApiError::InvalidParam("prompt", "'prompt' (a string) or 'messages' is required")
+          .ToResponse();
+    }
+    bool add_special = true;
+    if (auto it = body.find("add_special_tokens"); it != body.end()) {
+      if (!it->is_boolean()) {
+        return ApiError::InvalidParam("add_special_tokens", "must be a boolean").ToResponse();
+      }
+      add_special = it->get<bool>();
+    }
+    ids = deps_.tokenizer->Encode(prompt->get<std::string>(), add_special);
+  }
+  return JsonResponse(
+      Json{{"count", ids.size()}, {"max_model_len", model_.max_model_len}, {"tokens", ids}});
+}
+
+HttpResponse Gateway::HandleDetokenize(const HttpRequest& request) const {
+  Json body = Json::parse(request.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    return ApiError::InvalidRequest("The request body is not a JSON object.").ToResponse();
+  }
+  auto tokens = body.find("tokens");
+  if (tokens == body.end() || !tokens->is_array()) {
+    return ApiError::InvalidParam("tokens", "'tokens' must be a list of token ids").ToResponse();
+  }
+  std::vector<int32_t> ids;
+  const int32_t vocab = deps_.tokenizer->vocab_size();
+  for (const Json& t : *tokens) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab) {
+      return ApiError::InvalidParam("tokens",
+                                    absl::StrCat("'tokens' must hold ids in [0, ", vocab, ")"))
+          .ToResponse();
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return JsonResponse(Json{{"prompt", deps_.tokenizer->Decode(ids, false)}});
+}
+
+}  // namespace moe::gateway

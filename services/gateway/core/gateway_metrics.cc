@@ -1,0 +1,45 @@
+#include "services/gateway/core/gateway_metrics.h"
+
+namespace moe::gateway {
+
+namespace metrics = common::metrics;
+
+GatewayMetrics::GatewayMetrics(metrics::Registry& r, const std::string& model)
+    : ttft_seconds(r.AddHistogram("moe_request_ttft_seconds", "Time to first token.",
+                                  metrics::LatencyBuckets(), {{"model", model}})),
+      tpot_seconds(r.AddHistogram("moe_request_tpot_seconds", "Time per output token.",
+                                  metrics::LatencyBuckets(), {{"model", model}})),
+      e2e_seconds(r.AddHistogram("moe_request_e2e_seconds", "Request latency, end to end.",
+                                 metrics::LatencyBuckets(), {{"model", model}})),
+      requests_running(
+          r.AddGauge("moe_requests_running", "Generations in flight.", {{"model", model}})),
+      requests_total(r.CounterFamily("moe_requests_total", "Finished requests.")),
+      prompt_tokens_total(
+          r.AddCounter("moe_prompt_tokens_total", "Prompt tokens.", {{"model", model}})),
+      generation_tokens_total(
+          r.AddCounter("moe_generation_tokens_total", "Generated tokens.", {{"model", model}})),
+      cached_prompt_tokens_total(r.AddCounter("moe_cached_prompt_tokens_total",
+                                              "Prompt tokens served from the KV cache.",
+                                              {{"model", model}})),
+      stage_parse_seconds(r.AddHistogram("moe_stage_seconds", "Time per pipeline stage.",
+                                         metrics::LatencyBuckets(), {{"stage", "parse"}})),
+      stage_route_seconds(r.AddHistogram("moe_stage_seconds", "Time per pipeline stage.",
+                                         metrics::LatencyBuckets(), {{"stage", "route"}})),
+      stage_render_seconds(r.AddHistogram("moe_stage_seconds", "Time per pipeline stage.",
+                                          metrics::LatencyBuckets(), {{"stage", "render"}})),
+      http_responses_total(
+          r.CounterFamily("moe_gateway_http_responses_total", "HTTP answers by status code.")),
+      rejected_total(r.CounterFamily("moe_gateway_rejected_total",
+                                     "Requests refused before generation, by reason.")),
+      connections_open(r.AddGauge("moe_gateway_connections_open", "Open HTTP connections.")),
+      model_(model) {}
+
+void GatewayMetrics::CountFinish(FinishReason reason) {
+  std::string name(reason == FinishReason::kStop     ? "stop"
+                   : reason == FinishReason::kLength ? "length"
+                   : reason == FinishReason::kAbort  ? "abort"
+                                                     : "error");
+  requests_total.Add({{"model", model_}, {"finish_reason", name}}).Increment();
+}
+
+}  // namespace moe::gateway

@@ -1,0 +1,89 @@
+#include "services/gateway/core/gateway_options.h"
+
+namespace moe::gateway {
+
+namespace config = common::config;
+
+void HttpOptions::Describe(config::Schema<HttpOptions>& s) {
+  s.Add("host", &HttpOptions::host, "address to bind").NonEmpty();
+  s.Add("port", &HttpOptions::port, "HTTP port; 0 picks a free one").Range(0, 65535);
+  s.Add("io_threads", &HttpOptions::io_threads, "threads serving sockets").Range(1, 256);
+  s.Add("max_connections", &HttpOptions::max_connections, "open connections at most")
+      .Range(1, 1 << 20);
+  s.Add("max_body_bytes", &HttpOptions::max_body_bytes, "request body limit (413 past it)")
+      .Range(1024, int64_t{1} << 30);
+  s.Add("max_header_bytes", &HttpOptions::max_header_bytes, "request header limit")
+      .Range(1024, 1 << 20);
+  s.Add("idle_timeout", &HttpOptions::idle_timeout, "keep-alive idle timeout")
+      .Min(absl::Milliseconds(1));
+  s.Add("drain_timeout", &HttpOptions::drain_timeout, "grace for in-flight requests on SIGTERM")
+      .Min(absl::ZeroDuration());
+}
+
+void LimitOptions::Describe(config::Schema<LimitOptions>& s) {
+  s.Add("max_in_flight", &LimitOptions::max_in_flight, "generations at once (503 past it)")
+      .Range(1, 1 << 24);
+  s.Add("rate_limit_rps", &LimitOptions::rate_limit_rps, "requests/s per key; 0 = off").Min(0.0);
+  s.Add("rate_limit_burst", &LimitOptions::rate_limit_burst, "token bucket size").Min(1.0);
+  s.Add("max_prompt_tokens", &LimitOptions::max_prompt_tokens, "0 = the context length").Min(0);
+  s.Add("retry_after_s", &LimitOptions::retry_after_s, "Retry-After of 503 answers").Range(1, 3600);
+  s.Add("max_stop_strings", &LimitOptions::max_stop_strings, "stop strings per request")
+      .Range(0, 1024);
+}
+
+void AuthOptions::Describe(config::Schema<AuthOptions>& s) {
+  s.Add("api_keys", &AuthOptions::api_keys, "accepted Bearer API keys; empty = auth off");
+  s.Add("api_keys_file", &AuthOptions::api_keys_file, "file of API keys, one per line");
+}
+
+void RoutingOptions::Describe(config::Schema<RoutingOptions>& s) {
+  s.Add("routers", &RoutingOptions::routers, "router gRPC targets host:port");
+  s.Add("block_size", &RoutingOptions::block_size, "routers' KV block size").Range(1, 4096);
+  s.Add("kv_dtype", &RoutingOptions::kv_dtype, "routers' KV dtype")
+      .Require([](const std::string& v) { return v == "f32" || v == "bf16" || v == "f16"; },
+               "is not one of f32|bf16|f16");
+  s.Add("affinity_blocks", &RoutingOptions::affinity_blocks, "prefix blocks in the affinity key")
+      .Range(0, 1 << 16);
+  s.Add("queue_scale", &RoutingOptions::queue_scale, "queued requests per unit of load").Min(0.001);
+  s.Add("load_slack", &RoutingOptions::load_slack, "extra load tolerated for affinity").Min(0.0);
+  s.Add("stats_interval", &RoutingOptions::stats_interval, "GetStats polling period")
+      .Min(absl::Milliseconds(10));
+  s.Add("connect_timeout", &RoutingOptions::connect_timeout, "GetStats deadline")
+      .Min(absl::Milliseconds(10));
+  s.Add("max_attempts", &RoutingOptions::max_attempts, "routers tried before the first token")
+      .Range(1, 64);
+}
+
+void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
+  s.Add("model_dir", &GatewayOptions::model_dir, "model directory (tokenizer, config.json)");
+  s.Add("model_id", &GatewayOptions::model_id, "served model name; empty = dir base name");
+  s.Add("max_model_len", &GatewayOptions::max_model_len, "context length; 0 = from config.json")
+      .Min(0);
+  s.Add("fallback_chat_template", &GatewayOptions::fallback_chat_template,
+        "built-in template when the model has none: chatml|mistral|llama3|plain");
+  s.Add("default_max_tokens", &GatewayOptions::default_max_tokens,
+        "max_tokens when a request sets none; 0 = up to the context")
+      .Min(0);
+  s.Add("log_level", &GatewayOptions::log_level, "trace|debug|info|warn|error|off");
+  s.Add("backend", &GatewayOptions::backend, "grpc (routers) or fake (benchmarks)")
+      .Require([](const std::string& v) { return v == "grpc" || v == "fake"; },
+               "is not one of grpc|fake");
+  s.Add("fake_token_interval_us", &GatewayOptions::fake_token_interval_us,
+        "backend=fake: microseconds between tokens")
+      .Range(0, 10'000'000);
+  s.Section("http", &GatewayOptions::http);
+  s.Section("limits", &GatewayOptions::limits);
+  s.Section("auth", &GatewayOptions::auth);
+  s.Section("routing", &GatewayOptions::routing);
+}
+
+absl::Status GatewayOptions::Validate() const {
+  if (absl::Status s = config::CheckFields(*this); !s.ok()) return s;
+  if (model_dir.empty()) return absl::InvalidArgumentError("model_dir: must be set");
+  if (backend == "grpc" && routing.routers.empty()) {
+    return absl::InvalidArgumentError("routing.routers: at least one router is needed");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe::gateway

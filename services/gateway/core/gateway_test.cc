@@ -1,0 +1,419 @@
+#include "services/gateway/core/gateway.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics/registry.h"
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/gateway/testing/fake_backend.h"
+#include "services/gateway/testing/test_tokenizer.h"
+
+namespace moe::gateway {
+namespace {
+
+using Json = nlohmann::json;
+using testing::FakeBackend;
+using testing::FakeBackendOptions;
+using ::testing::HasSubstr;
+
+// Records what the core writes; Wait() blocks until the answer is complete.
+class RecordingWriter final : public ResponseWriter {
+ public:
+  void Send(HttpResponse response) override {
+    absl::MutexLock lock(&mu_);
+    status_ = response.status;
+    body_ = std::move(response.body);
+    headers_ = std::move(response.headers);
+    done_ = true;
+  }
+  void StartStream(int status, HttpHeaders headers) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    streamed_ = true;
+  }
+  void Write(std::string data) override {
+    absl::MutexLock lock(&mu_);
+    body_ += data;
+  }
+  void End() override {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+  }
+  void Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+  int status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  std::string body() {
+    absl::MutexLock lock(&mu_);
+    return body_;
+  }
+  bool streamed() {
+    absl::MutexLock lock(&mu_);
+    return streamed_;
+  }
+  std::string header(const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [k, v] : headers_) {
+      if (k == name) return v;
+    }
+    return "";
+  }
+
+ private:
+  absl::Mutex mu_;
+  int status_ = 0;
+  std::string body_;
+  HttpHeaders headers_;
+  bool streamed_ = false;
+  bool done_ = false;
+};
+
+// The data lines of an SSE body.
+std::vector<std::string> Events(const std::string& body) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::ConsumePrefix(&part, "data: ")) << part;
+    out.emplace_back(part);
+  }
+  return out;
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void Init(FakeBackendOptions backend_options = {}, GatewayOptions options = {}) {
+    backend_ = std::make_unique<FakeBackend>(std::move(backend_options));
+    options.model_dir = "/unused";
+    auto gw = Gateway::Create(options, ModelInfo{"tiny", 256, 0},
+                              GatewayDeps{tokenizer_.get(), backend_.get(), &clock_, &registry_});
+    ASSERT_OK(gw.status());
+    gateway_ = std::move(gw).value();
+  }
+
+  struct Answer {
+    int status;
+    std::string body;
+    std::shared_ptr<RecordingWriter> writer;
+  };
+  Answer Call(const std::string& method, const std::string& path, const std::string& body = "",
+              const std::string& auth = "") {
+    auto writer = std::make_shared<RecordingWriter>();
+    gateway_->Handle(HttpRequest{method, path, auth, "10.0.0.1", body}, writer);
+    writer->Wait();
+    return {writer->status(), writer->body(), writer};
+  }
+  Answer Post(const std::string& path, const std::string& body) { return Call("POST", path, body); }
+
+  std::string ExpectedEcho(const std::string& prompt, int n) {
+    std::vector<int32_t> ids = tokenizer_->Encode(prompt, true);
+    ids.resize(std::min<size_t>(ids.size(), n));
+    return tokenizer_->Decode(ids, true);
+  }
+
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_ = testing::MakeTestTokenizer();
+  common::testing::FakeClock clock_;
+  common::metrics::Registry registry_;
+  std::unique_ptr<FakeBackend> backend_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+TEST_F(GatewayTest, CompletionReturnsGeneratedTextAndUsage) {
+  FakeBackendOptions fb;
+  fb.cached_prompt_tokens = 4;
+  Init(fb);
+  Answer a = Post("/v1/completions", R"({"model":"tiny","prompt":"abcdefgh","max_tokens":5})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  Json j = Json::parse(a.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_THAT(j["id"].get<std::string>(), ::testing::StartsWith("cmpl-"));
+  EXPECT_EQ(j["choices"][0]["text"], ExpectedEcho("abcdefgh", 5));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  const int prompt_tokens = static_cast<int>(tokenizer_->Encode("abcdefgh", true).size());
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+  EXPECT_EQ(backend_->last_request().max_tokens, 5);
+  EXPECT_EQ(gateway_->in_flight(), 0);
+}
+
+TEST_F(GatewayTest, ChatStreamReassemblesToTheNonStreamText) {
+  Init();
+  const std::string req =
+      R"({"model":"tiny","messages":[{"role":"user","content":"hello there"}],"max_tokens":9)";
+  Answer full = Post("/v1/chat/completions", req + "}");
+  ASSERT_EQ(full.status, 200) << full.body;
+  const std::string text = Json::parse(full.body)["choices"][0]["message"]["content"];
+  EXPECT_FALSE(text.empty());
+
+  Answer stream = Post("/v1/chat/completions",
+                       req + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(stream.status, 200);
+  EXPECT_TRUE(stream.writer->streamed());
+  std::vector<std::string> events = Events(stream.body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  Json first = Json::parse(events[0]);
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string reassembled;
+  for (size_t i = 0; i + 3 < events.size(); ++i) {
+    Json e = Json::parse(events[i]);
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    EXPECT_TRUE(e["usage"].is_null());
+    reassembled += e["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(reassembled, text);
+  Json finish = Json::parse(events[events.size() - 3]);
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+  Json usage = Json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 9);
+}
+
+TEST_F(GatewayTest, StopStringTruncatesTheOutputAndCancelsGeneration) {
+  FakeBackendOptions fb;
+  std::vector<int32_t> script = tokenizer_->Encode("say END and more text", false);
+  fb.script = [script](const GenerateRequest&) { return script; };
+  fb.token_interval = absl::Milliseconds(1);
+  Init(fb);
+  Answer a =
+      Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":100,"stop":["END"]})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  Json j = Json::parse(a.body);
+  EXPECT_EQ(j["choices"][0]["text"], "say ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(10)));
+  EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), static_cast<int>(script.size()));
+}
+
+TEST_F(GatewayTest, StopTokenEndsWithStopAndIsNotRendered) {
+  FakeBackendOptions fb;
+  fb.eos_id = testing::kTestEosId;
+  std::vector<int32_t> script = tokenizer_->Encode("ok", false);
+  script.push_back(testing::kTestEosId);
+  script.push_back(tokenizer_->Encode("never", false)[0]);
+  fb.script = [script](const GenerateRequest&) { return script; };
+  Init(fb);
+  Answer a =
+      Post("/v1/completions", R"({"model":"tiny","prompt":"x","skip_special_tokens":false})");
+  Json j = Json::parse(a.body);
+  EXPECT_EQ(j["choices"][0]["text"], "ok");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], static_cast<int>(script.size()) - 1);
+}
+
+TEST_F(GatewayTest, BadInputGetsTheRightStatusAndErrorJson) {
+  Init();
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param, code;
+  };
+  const std::string long_prompt(600, 'x');
+  std::vector<Case> cases = {
+      {"/v1/chat/completions", "{oops", 400, "", ""},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":"hi"})", 400, "messages", ""},
+      {"/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})",
+       404, "model", "model_not_found"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":-3})", 400, "max_tokens",
+       ""},
+      {"/v1/completions", R"({"model":"tiny","prompt":")" + long_prompt + R"("})", 400, "prompt",
+       "context_length_exceeded"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1000})", 400, "max_tokens",
+       "context_length_exceeded"},
+      {"/v1/completions", R"({"model":"tiny","prompt":[1,99999]})", 400, "prompt", ""},
+      {"/v1/completions", R"({"model":"tiny","prompt":[]})", 400, "prompt", ""},
+      {"/v1/chat/completions",
+       R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"n":2})", 400, "n", ""},
+  };
+  for (const Case& c : cases) {
+    Answer a = Post(c.path, c.body);
+    EXPECT_EQ(a.status, c.status) << c.body << " -> " << a.body;
+    Json j = Json::parse(a.body);
+    ASSERT_TRUE(j.contains("error")) << a.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    EXPECT_EQ(j["error"]["param"].is_null() ? "" : j["error"]["param"].get<std::string>(), c.param)
+        << c.body;
+    EXPECT_EQ(j["error"]["code"].is_null() ? "" : j["error"]["code"].get<std::string>(), c.code)
+        << c.body;
+  }
+  EXPECT_EQ(backend_->num_started(), 0);
+  // Still serving.
+  EXPECT_EQ(Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":2})").status, 200);
+}
+
+TEST_F(GatewayTest, ApiKeysAreCheckedWhenConfigured) {
+  GatewayOptions options;
+  options.auth.api_keys = {"sk-good"};
+  Init({}, options);
+  const std::string body = R"({"model":"tiny","prompt":"x","max_tokens":1})";
+  EXPECT_EQ(Call("POST", "/v1/completions", body).status, 401);
+  Answer bad = Call("POST", "/v1/completions", body, "Bearer sk-bad");
+  EXPECT_EQ(bad.status, 401);
+  EXPECT_EQ(Json::parse(bad.body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(Call("POST", "/v1/completions", body, "Bearer sk-good").status, 200);
+  EXPECT_EQ(Call("GET", "/v1/models", "", "").status, 401);
+  EXPECT_EQ(Call("GET", "/healthz").status, 200);  // probes need no key
+}
+
+TEST_F(GatewayTest, RateLimitAnswers429WithRetryAfter) {
+  GatewayOptions options;
+  options.limits.rate_limit_rps = 0.5;
+  options.limits.rate_limit_burst = 2;
+  Init({}, options);
+  const std::string body = R"({"model":"tiny","prompt":"x","max_tokens":1})";
+  EXPECT_EQ(Post("/v1/completions", body).status, 200);
+  EXPECT_EQ(Post("/v1/completions", body).status, 200);
+  Answer limited = Post("/v1/completions", body);
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(limited.writer->header("Retry-After"), "2");
+  EXPECT_EQ(Json::parse(limited.body)["error"]["code"], "rate_limit_exceeded");
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Post("/v1/completions", body).status, 200);
+}
+
+TEST_F(GatewayTest, InFlightBoundAnswers503AndRecovers) {
+  FakeBackendOptions fb;
+  fb.hold_after_tokens = 1;
+  GatewayOptions options;
+  options.limits.max_in_flight = 1;
+  Init(fb, options);
+  auto held = std::make_shared<RecordingWriter>();
+  gateway_->Handle(HttpRequest{"POST", "/v1/completions", "", "c",
+                               R"({"model":"tiny","prompt":"abc","max_tokens":3})"},
+                   held);
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(10)));
+  Answer refused = Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1})");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.writer->header("Retry-After"), "1");
+  backend_->Release();
+  held->Wait();
+  EXPECT_EQ(held->status(), 200);
+  EXPECT_EQ(Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1})").status, 200);
+}
+
+TEST_F(GatewayTest, ClientGoneCancelsTheGenerationAndFreesTheSlot) {
+  FakeBackendOptions fb;
+  fb.hold_after_tokens = 1;
+  Init(fb);
+  auto writer = std::make_shared<RecordingWriter>();
+  CancelFn cancel = gateway_->Handle(
+      HttpRequest{"POST", "/v1/chat/completions", "", "c",
+                  R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"stream":true})"},
+      writer);
+  ASSERT_TRUE(cancel);
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(10)));
+  EXPECT_EQ(gateway_->in_flight(), 1);
+  cancel();
+  EXPECT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(10)));
+  EXPECT_TRUE(backend_->WaitForIdle(absl::Seconds(10)));
+  EXPECT_EQ(gateway_->in_flight(), 0);
+  EXPECT_THAT(
+      registry_.Value("moe_requests_total", {{"model", "tiny"}, {"finish_reason", "abort"}}),
+      common::testing::IsOkAndHolds(1.0));
+}
+
+TEST_F(GatewayTest, FailureBeforeTheFirstTokenIsAnHttpError) {
+  FakeBackendOptions fb;
+  fb.fail_with = absl::UnavailableError("no router");
+  Init(fb);
+  Answer a = Post("/v1/chat/completions",
+                  R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"stream":true})");
+  EXPECT_EQ(a.status, 503);
+  EXPECT_FALSE(a.writer->streamed());
+  EXPECT_THAT(a.body, HasSubstr("no router"));
+}
+
+TEST_F(GatewayTest, FailureAfterTheStreamStartedIsAnSseErrorEvent) {
+  FakeBackendOptions fb;
+  fb.error_after_tokens = 4;
+  Init(fb);
+  Answer a = Post("/v1/completions",
+                  R"({"model":"tiny","prompt":"abcdef","max_tokens":10,"stream":true})");
+  EXPECT_EQ(a.status, 200);
+  std::vector<std::string> events = Events(a.body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  Json error = Json::parse(events[events.size() - 2]);
+  EXPECT_EQ(error["error"]["type"], "server_error");
+  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("injected failure"));
+}
+
+TEST_F(GatewayTest, DrainingRefusesNewRequestsAndIsNotReady) {
+  Init();
+  EXPECT_EQ(Call("GET", "/readyz").status, 200);
+  gateway_->StartDrain();
+  EXPECT_EQ(Call("GET", "/readyz").status, 503);
+  Answer a = Post("/v1/completions", R"({"model":"tiny","prompt":"x"})");
+  EXPECT_EQ(a.status, 503);
+  EXPECT_EQ(a.writer->header("Retry-After"), "1");
+  EXPECT_EQ(Call("GET", "/healthz").status, 200);
+}
+
+TEST_F(GatewayTest, ModelsTokenizeDetokenizeAndMetrics) {
+  Init();
+  Json models = Json::parse(Call("GET", "/v1/models").body);
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "tiny");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 256);
+  EXPECT_EQ(Call("GET", "/v1/models/tiny").status, 200);
+  EXPECT_EQ(Call("GET", "/v1/models/other").status, 404);
+
+  Json tok = Json::parse(Post("/tokenize", R"({"prompt":"hey"})").body);
+  EXPECT_EQ(tok["tokens"].get<std::vector<int32_t>>(), tokenizer_->Encode("hey", true));
+  EXPECT_EQ(tok["count"], tok["tokens"].size());
+  Json detok = Json::parse(Post("/detokenize", R"({"tokens":)" + tok["tokens"].dump() + "}").body);
+  EXPECT_EQ(detok["prompt"], tokenizer_->Decode(tok["tokens"].get<std::vector<int32_t>>(), false));
+
+  Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":2})");
+  Answer metrics = Call("GET", "/metrics");
+  EXPECT_THAT(metrics.body,
+              HasSubstr("moe_requests_total{finish_reason=\"length\",model=\"tiny\"} 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("moe_request_ttft_seconds_count"));
+  EXPECT_EQ(Call("GET", "/nope").status, 404);
+  EXPECT_EQ(Call("GET", "/v1/completions").status, 405);
+}
+
+TEST_F(GatewayTest, ChatLogprobsListEveryToken) {
+  Init();
+  Answer a = Post("/v1/chat/completions",
+                  R"({"model":"tiny","messages":[{"role":"user","content":"abc"}],"max_tokens":3,
+                      "logprobs":true,"top_logprobs":2})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  Json content = Json::parse(a.body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u);
+  EXPECT_FLOAT_EQ(content[0]["logprob"].get<float>(), -0.5f);
+  EXPECT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_TRUE(backend_->last_request().logprobs);
+  EXPECT_EQ(backend_->last_request().top_logprobs, 2);
+}
+
+TEST_F(GatewayTest, SamplingParametersReachTheBackend) {
+  Init();
+  Post("/v1/chat/completions",
+       R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":2,
+           "temperature":0.7,"top_k":5,"seed":9,"stop_token_ids":[7],"ignore_eos":true,
+           "cache_salt":"t1","logit_bias":{"4":2.5}})");
+  GenerateRequest r = backend_->last_request();
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.7f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_EQ(r.sampling.seed, 9u);
+  EXPECT_THAT(r.stop_token_ids, ::testing::ElementsAre(7));
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.cache_salt, "t1");
+  EXPECT_FLOAT_EQ(r.sampling.logit_bias.at(4), 2.5f);
+  EXPECT_THAT(r.request_id, ::testing::StartsWith("chatcmpl-"));
+}
+
+}  // namespace
+}  // namespace moe::gateway

@@ -1,0 +1,397 @@
+#include "services/gateway/core/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace moe::gateway {
+namespace {
+
+using Json = nlohmann::json;
+
+// Fails with the first error; every accessor names its field in the error.
+class Fields {
+ public:
+  Fields(const Json& obj, ApiError* error) : obj_(obj), error_(error) {}
+
+  bool failed() const { return failed_; }
+
+  // nullptr when absent or null.
+  const Json* Find(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  bool Fail(const std::string& param, const std::string& message) {
+    if (!failed_) *error_ = ApiError::InvalidParam(param, message);
+    failed_ = true;
+    return false;
+  }
+
+  void Bool(const char* key, bool* out) {
+    const Json* v = Find(key);
+    if (v == nullptr || failed_) return;
+    if (!v->is_boolean()) {
+      Fail(key, absl::StrCat("'", key, "' must be a boolean"));
+      return;
+    }
+    *out = v->get<bool>();
+  }
+
+  void String(const char* key, std::string* out) {
+    const Json* v = Find(key);
+    if (v == nullptr || failed_) return;
+    if (!v->is_string()) {
+      Fail(key, absl::StrCat("'", key, "' must be a string"));
+      return;
+    }
+    *out = v->get<std::string>();
+  }
+
+  // A number within [lo, hi] (open at lo when lo_open).
+  void Number(const char* key, double lo, double hi, bool lo_open, float* out) {
+    const Json* v = Find(key);
+    if (v == nullptr || failed_) return;
+    if (!v->is_number()) {
+      Fail(key, absl::StrCat("'", key, "' must be a number"));
+      return;
+    }
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d > hi || (lo_open ? d <= lo : d < lo)) {
+      Fail(key, absl::StrCat("'", key, "' must be in ", lo_open ? "(" : "[", lo, ", ", hi,
+                             "], got ", v->dump()));
+      return;
+    }
+    *out = static_cast<float>(d);
+  }
+
+  // An integer within [lo, hi].
+  bool Int(const char* key, int64_t lo, int64_t hi, int64_t* out) {
+    const Json* v = Find(key);
+    if (v == nullptr || failed_) return false;
+    if (!IsInteger(*v)) return Fail(key, absl::StrCat("'", key, "' must be an integer"));
+    const double d = v->get<double>();
+    if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) {
+      return Fail(key,
+                  absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", v->dump()));
+    }
+    *out = v->is_number_float() ? static_cast<int64_t>(d) : v->get<int64_t>();
+    return true;
+  }
+
+  static bool IsInteger(const Json& v) {
+    if (v.is_number_integer()) return true;
+    // 3.0 is accepted as an integer (Python clients send it), 3.5 is not.
+    return v.is_number_float() && std::isfinite(v.get<double>()) &&
+           std::floor(v.get<double>()) == v.get<double>();
+  }
+
+ private:
+  const Json& obj_;
+  ApiError* error_;
+  bool failed_ = false;
+};
+
+bool ParseIdList(Fields& f, const Json& v, const std::string& param, std::vector<int32_t>* out) {
+  if (!v.is_array()) return f.Fail(param, absl::StrCat("'", param, "' must be a list of integers"));
+  for (const Json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 ||
+        e.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return f.Fail(param, absl::StrCat("'", param, "' must contain non-negative token ids"));
+    }
+    out->push_back(static_cast<int32_t>(e.get<int64_t>()));
+  }
+  return true;
+}
+
+// Rejects parameters that exist in the OpenAI API but are not implemented here.
+bool RejectUnsupported(Fields& f, Endpoint endpoint) {
+  int64_t n = 1;
+  if (f.Int("n", 1, 128, &n) && n != 1) {
+    return f.Fail("n", "'n' > 1 is not supported yet; send one request per completion");
+  }
+  if (const Json* v = f.Find("best_of"); v != nullptr && !(v->is_number() && *v == 1)) {
+    return f.Fail("best_of", "'best_of' is not supported");
+  }
+  for (const char* key : {"tools", "functions"}) {
+    if (const Json* v = f.Find(key); v != nullptr && !(v->is_array() && v->empty())) {
+      return f.Fail(key, absl::StrCat("'", key, "' (tool calling) is not supported yet"));
+    }
+  }
+  for (const char* key : {"tool_choice", "function_call"}) {
+    if (const Json* v = f.Find(key); v != nullptr && !(v->is_string() && *v == "none")) {
+      return f.Fail(key, absl::StrCat("'", key, "' (tool calling) is not supported yet"));
+    }
+  }
+  if (const Json* v = f.Find("response_format"); v != nullptr) {
+    if (!(v->is_object() && v->value("type", "") == "text")) {
+      return f.Fail("response_format",
+                    "'response_format' (structured output) is not supported yet");
+    }
+  }
+  if (const Json* v = f.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return f.Fail("echo", "'echo' is not supported");
+  }
+  if (const Json* v = f.Find("suffix"); v != nullptr && !(v->is_string() && v->empty())) {
+    return f.Fail("suffix", "'suffix' is not supported");
+  }
+  if (const Json* v = f.Find("audio"); v != nullptr) {
+    return f.Fail("audio", "'audio' output is not supported on this endpoint");
+  }
+  if (const Json* v = f.Find("modalities"); v != nullptr) {
+    if (!v->is_array()) return f.Fail("modalities", "'modalities' must be a list of strings");
+    for (const Json& m : *v) {
+      if (m != "text") return f.Fail("modalities", "only the 'text' modality is supported");
+    }
+  }
+  (void)endpoint;
+  return true;
+}
+
+bool ParseMessages(Fields& f, const Json& v, const RequestLimits& limits, Json* out) {
+  if (!v.is_array() || v.empty()) {
+    return f.Fail("messages", "'messages' must be a non-empty list of messages");
+  }
+  if (static_cast<int>(v.size()) > limits.max_messages) {
+    return f.Fail("messages", absl::StrCat("at most ", limits.max_messages, " messages"));
+  }
+  *out = Json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Json& m = v[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return f.Fail(where, absl::StrCat("'", where, "' must be an object"));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return f.Fail(where + ".role", absl::StrCat("'", where, ".role' must be a string"));
+    }
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer") {
+      return f.Fail(where + ".role", absl::StrCat("'", where,
+                                                  ".role' must be one of system, developer, user, "
+                                                  "assistant, tool; got '",
+                                                  r, "'"));
+    }
+    Json msg = m;
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (r != "assistant") {
+        return f.Fail(where + ".content", absl::StrCat("'", where, ".content' is required"));
+      }
+      msg["content"] = "";
+    } else if (content->is_array()) {
+      // Text parts are joined; other part types (images, audio) are not supported.
+      std::string text;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const Json& part = (*content)[j];
+        const std::string pw = absl::StrCat(where, ".content[", j, "]");
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return f.Fail(pw, absl::StrCat("'", pw,
+                                         "' must be a text part {\"type\": \"text\", "
+                                         "\"text\": \"...\"}; other content types are not "
+                                         "supported"));
+        }
+        text += part["text"].get<std::string>();
+      }
+      msg["content"] = std::move(text);
+    } else if (!content->is_string()) {
+      return f.Fail(where + ".content",
+                    absl::StrCat("'", where, ".content' must be a string or a list of parts"));
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null() &&
+        !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
+      return f.Fail(where + ".tool_calls", "tool calls are not supported yet");
+    }
+    out->push_back(std::move(msg));
+  }
+  return true;
+}
+
+bool ParsePrompt(Fields& f, const Json& v, CompletionRequest* out) {
+  if (v.is_string()) {
+    out->prompt_text = v.get<std::string>();
+    return true;
+  }
+  if (v.is_array() && !v.empty()) {
+    if (v[0].is_string()) {
+      if (v.size() != 1) return f.Fail("prompt", "batched prompts are not supported yet");
+      out->prompt_text = v[0].get<std::string>();
+      return true;
+    }
+    if (v[0].is_array()) {
+      if (v.size() != 1) return f.Fail("prompt", "batched prompts are not supported yet");
+      out->prompt_is_ids = true;
+      return ParseIdList(f, v[0], "prompt", &out->prompt_ids);
+    }
+    out->prompt_is_ids = true;
+    return ParseIdList(f, v, "prompt", &out->prompt_ids);
+  }
+  return f.Fail("prompt",
+                "'prompt' must be a string, a list of token ids or a list of one of those");
+}
+
+bool ParseStop(Fields& f, const RequestLimits& limits, CompletionRequest* out) {
+  const Json* v = f.Find("stop");
+  if (v == nullptr) return true;
+  std::vector<std::string> stops;
+  if (v->is_string()) {
+    stops.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const Json& s : *v) {
+      if (!s.is_string()) return f.Fail("stop", "'stop' must be a string or a list of strings");
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    return f.Fail("stop", "'stop' must be a string or a list of strings");
+  }
+  if (static_cast<int>(stops.size()) > limits.max_stop_strings) {
+    return f.Fail("stop", absl::StrCat("at most ", limits.max_stop_strings, " stop strings"));
+  }
+  for (std::string& s : stops) {
+    if (static_cast<int>(s.size()) > limits.max_stop_string_bytes) {
+      return f.Fail("stop", absl::StrCat("each stop string is at most ",
+                                         limits.max_stop_string_bytes, " bytes"));
+    }
+    if (!s.empty()) out->stop.push_back(std::move(s));
+  }
+  return true;
+}
+
+bool ParseLogitBias(Fields& f, const RequestLimits& limits, SamplingParams* out) {
+  const Json* v = f.Find("logit_bias");
+  if (v == nullptr) return true;
+  if (!v->is_object()) return f.Fail("logit_bias", "'logit_bias' must be an object");
+  if (static_cast<int>(v->size()) > limits.max_logit_bias_entries) {
+    return f.Fail("logit_bias",
+                  absl::StrCat("at most ", limits.max_logit_bias_entries, " logit_bias entries"));
+  }
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    int32_t id;
+    if (!absl::SimpleAtoi(it.key(), &id) || id < 0) {
+      return f.Fail("logit_bias",
+                    absl::StrCat("logit_bias key '", it.key(), "' is not a token id"));
+    }
+    if (!it.value().is_number() || it.value().get<double>() < -100 ||
+        it.value().get<double>() > 100) {
+      return f.Fail("logit_bias", "logit_bias values must be numbers in [-100, 100]");
+    }
+    out->logit_bias[id] = it.value().get<float>();
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
+                            CompletionRequest* out, ApiError* error) {
+  Json root = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    *error = ApiError::InvalidRequest("The request body is not valid JSON.");
+    return false;
+  }
+  if (!root.is_object()) {
+    *error = ApiError::InvalidRequest("The request body must be a JSON object.");
+    return false;
+  }
+  *out = CompletionRequest{};
+  out->endpoint = endpoint;
+  out->sampling.temperature = 1;  // OpenAI's default
+  Fields f(root, error);
+
+  const Json* model = f.Find("model");
+  if (model == nullptr || !model->is_string()) {
+    f.Fail("model", "'model' is required and must be a string");
+    return false;
+  }
+  out->model = model->get<std::string>();
+  if (!RejectUnsupported(f, endpoint)) return false;
+
+  if (endpoint == Endpoint::kChatCompletions) {
+    const Json* messages = f.Find("messages");
+    if (messages == nullptr) return f.Fail("messages", "'messages' is required");
+    if (!ParseMessages(f, *messages, limits, &out->messages)) return false;
+    f.Bool("add_generation_prompt", &out->add_generation_prompt);
+    f.Bool("continue_final_message", &out->continue_final_message);
+    if (const Json* kw = f.Find("chat_template_kwargs"); kw != nullptr) {
+      if (!kw->is_object()) return f.Fail("chat_template_kwargs", "must be an object");
+      out->chat_template_kwargs = *kw;
+    }
+    f.Bool("logprobs", &out->logprobs);
+    int64_t top = 0;
+    if (f.Int("top_logprobs", 0, 20, &top)) out->top_logprobs = static_cast<int32_t>(top);
+    if (!f.failed() && out->top_logprobs > 0 && !out->logprobs) {
+      return f.Fail("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    }
+  } else {
+    const Json* prompt = f.Find("prompt");
+    if (prompt == nullptr) return f.Fail("prompt", "'prompt' is required");
+    if (!ParsePrompt(f, *prompt, out)) return false;
+    int64_t lp = 0;
+    if (f.Int("logprobs", 0, 5, &lp)) {
+      out->logprobs = true;
+      out->top_logprobs = static_cast<int32_t>(lp);
+    }
+  }
+  if (f.failed()) return false;
+
+  int64_t max_tokens = 0;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (f.Int(key, std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2,
+              &max_tokens)) {
+      if (max_tokens < 1 || max_tokens > std::numeric_limits<int32_t>::max()) {
+        return f.Fail(key, absl::StrCat("'", key, "' must be at least 1, got ", max_tokens));
+      }
+      out->max_tokens = static_cast<int32_t>(max_tokens);
+    }
+  }
+  SamplingParams& s = out->sampling;
+  f.Number("temperature", 0, 2, false, &s.temperature);
+  f.Number("top_p", 0, 1, true, &s.top_p);
+  f.Number("min_p", 0, 1, false, &s.min_p);
+  f.Number("frequency_penalty", -2, 2, false, &s.frequency_penalty);
+  f.Number("presence_penalty", -2, 2, false, &s.presence_penalty);
+  f.Number("repetition_penalty", 0, 2, true, &s.repetition_penalty);
+  int64_t top_k = 0;
+  if (f.Int("top_k", -1, 1 << 20, &top_k)) s.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);
+  int64_t seed = 0;
+  if (f.Int("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+            &seed)) {
+    s.seed = static_cast<uint64_t>(seed);
+  }
+  if (!ParseLogitBias(f, limits, &s)) return false;
+  if (!ParseStop(f, limits, out)) return false;
+  if (const Json* ids = f.Find("stop_token_ids"); ids != nullptr) {
+    if (!ParseIdList(f, *ids, "stop_token_ids", &out->stop_token_ids)) return false;
+    if (static_cast<int>(out->stop_token_ids.size()) > limits.max_stop_token_ids) {
+      return f.Fail("stop_token_ids",
+                    absl::StrCat("at most ", limits.max_stop_token_ids, " stop_token_ids"));
+    }
+  }
+  f.Bool("ignore_eos", &out->ignore_eos);
+  f.Bool("skip_special_tokens", &out->skip_special_tokens);
+  f.Bool("include_stop_str_in_output", &out->include_stop_str_in_output);
+  f.Bool("stream", &out->stream);
+  if (const Json* so = f.Find("stream_options"); so != nullptr && !f.failed()) {
+    if (!so->is_object()) return f.Fail("stream_options", "'stream_options' must be an object");
+    if (!out->stream) {
+      return f.Fail("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    }
+    if (auto it = so->find("include_usage"); it != so->end() && !it->is_null()) {
+      if (!it->is_boolean()) {
+        return f.Fail("stream_options.include_usage", "'include_usage' must be a boolean");
+      }
+      out->include_usage = it->get<bool>();
+    }
+  }
+  f.String("user", &out->user);
+  f.String("cache_salt", &out->cache_salt);
+  int64_t priority = 0;
+  if (f.Int("priority", -1000, 1000, &priority)) out->priority = static_cast<int32_t>(priority);
+  return !f.failed();
+}
+
+}  // namespace moe::gateway

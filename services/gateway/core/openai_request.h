@@ -1,0 +1,73 @@
+// Parsing and validation of OpenAI /v1/chat/completions and /v1/completions request bodies
+// (plus vLLM's extras: top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids,
+// skip_special_tokens, include_stop_str_in_output, cache_salt, priority, chat_template_kwargs,
+// add_generation_prompt, continue_final_message).
+//
+// Every rejection is an ApiError 400 whose `param` names the field: malformed JSON, wrong types,
+// values out of range, and parameters this gateway does not support yet (n > 1, tools,
+// tool_choice, functions, response_format other than text, echo, suffix, best_of > 1), which are
+// never silently ignored. Unknown fields are ignored, as vLLM does. The model name is checked by
+// the caller (404 model_not_found), token ids against the vocabulary too.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "services/gateway/core/api_error.h"
+#include "services/gateway/core/generate_backend.h"
+
+namespace moe::gateway {
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string model;
+
+  // Chat: the messages, validated (role strings; content a string, null, or text parts, which
+  // are joined into one string here), ready for the chat template.
+  nlohmann::json messages = nlohmann::json::array();
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+
+  // Completions: the prompt as text, or as token ids when prompt_is_ids.
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+
+  std::optional<int32_t> max_tokens;  // max_completion_tokens or max_tokens; >= 1 when set
+  SamplingParams sampling;            // OpenAI defaults: temperature 1, top_p 1
+  std::vector<std::string> stop;      // stop strings, non-empty each
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  std::string user;
+  std::string cache_salt;
+  int32_t priority = 0;
+};
+
+struct RequestLimits {
+  int max_stop_strings = 16;
+  int max_stop_string_bytes = 256;
+  int max_stop_token_ids = 64;
+  int max_logit_bias_entries = 1024;
+  int max_messages = 4096;
+};
+
+// Parses `body` for `endpoint`. On failure returns false and fills `*error`.
+bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
+                            CompletionRequest* out, ApiError* error);
+
+}  // namespace moe::gateway

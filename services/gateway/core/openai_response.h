@@ -1,0 +1,66 @@
+// Rendering of OpenAI response bodies and Server-Sent-Event chunks, in OpenAI's exact shapes:
+//   chat:        {"id":"chatcmpl-..","object":"chat.completion","created":..,"model":..,
+//                 "choices":[{"index":0,"message":{"role":"assistant","content":".."},
+//                             "logprobs":null|{"content":[..]},"finish_reason":"stop"}],
+//                 "usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..,
+//                          "prompt_tokens_details":{"cached_tokens":..}}}
+//   chat chunk:  "object":"chat.completion.chunk", choices[0].delta {"role"?, "content"?}
+//   completions: "object":"text_completion", choices[0].text, logprobs {tokens, token_logprobs,
+//                 top_logprobs, text_offset}; stream chunks have the same object name.
+// Stream usage (stream_options.include_usage): "usage": null on every chunk, then one last chunk
+// with "choices": [] and the usage.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "services/gateway/core/generate_backend.h"
+#include "services/gateway/core/openai_request.h"
+
+namespace moe::gateway {
+
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string id;  // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+// One generated token as shown in logprobs.
+struct RenderedLogprob {
+  std::string token;  // the token's text
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // alternatives, most likely first
+  int32_t text_offset = 0;                         // completions: offset in the output text
+};
+
+// "stop", "length", "abort", "error".
+std::string_view FinishReasonName(FinishReason reason);
+nlohmann::json UsageJson(const Usage& usage);
+
+// The complete (non-stream) response body. `logprobs` null when not requested.
+std::string RenderResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                           const Usage& usage, const std::vector<RenderedLogprob>* logprobs);
+
+// One stream chunk's JSON. `role`: chat's first chunk carries {"role":"assistant"}.
+// `finish` kNone: finish_reason null. `logprobs` null when not requested.
+// `usage_null`: include "usage": null (stream_options.include_usage).
+std::string RenderChunk(const ResponseMeta& meta, bool role, const std::string& text,
+                        FinishReason finish, const std::vector<RenderedLogprob>* logprobs,
+                        bool usage_null);
+// The final usage chunk ("choices": []).
+std::string RenderUsageChunk(const ResponseMeta& meta, const Usage& usage);
+
+// "data: <json>\n\n".
+std::string SseEvent(std::string_view json);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// JSON text that never fails on invalid UTF-8 (replaced by U+FFFD).
+std::string DumpJson(const nlohmann::json& j);
+
+}  // namespace moe::gateway

@@ -1,0 +1,68 @@
+// Per-key token-bucket rate limiting (429 + Retry-After) and a bound on requests in flight
+// (503 + Retry-After). DESIGN.md §3: every queue is bounded; overload is 429/503, never
+// unbounded memory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+
+namespace moe::gateway {
+
+// A token bucket per key: `rate_per_s` tokens refill per second up to `burst`; each request
+// takes one. Keys idle long enough to refill completely are forgotten (bounded memory: at most
+// max_keys buckets; past that the stalest half is dropped).
+//
+// Thread-safe. The clock must outlive the limiter.
+class RateLimiter {
+ public:
+  // rate_per_s <= 0 disables limiting (TryAcquire always succeeds).
+  RateLimiter(double rate_per_s, double burst, const common::Clock* clock,
+              size_t max_keys = 100'000);
+
+  // Takes one token for `key`. Returns absl::ZeroDuration() when allowed, else how long until
+  // a token is available (> 0); nothing is taken then.
+  absl::Duration TryAcquire(const std::string& key);
+
+  bool enabled() const { return rate_per_s_ > 0; }
+  size_t num_keys() const;
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    absl::Time last;
+  };
+  void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const double rate_per_s_;
+  const double burst_;
+  const common::Clock* const clock_;
+  const size_t max_keys_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
+};
+
+// Counts requests in flight against a limit. Thread-safe.
+class InFlightLimiter {
+ public:
+  // limit <= 0: unlimited.
+  explicit InFlightLimiter(int64_t limit) : limit_(limit) {}
+
+  // Takes a slot; false when `limit` are in use.
+  bool TryAcquire();
+  void Release();
+  int64_t in_flight() const { return in_flight_.load(); }
+  int64_t limit() const { return limit_; }
+
+ private:
+  const int64_t limit_;
+  std::atomic<int64_t> in_flight_{0};
+};
+
+}  // namespace moe::gateway

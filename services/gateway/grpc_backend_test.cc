@@ -1,0 +1,261 @@
+// GrpcBackend against in-process fake routers (gRPC on loopback port 0).
+#include "services/gateway/grpc_backend.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "moe/router/v1/router.grpc.pb.h"
+
+namespace moe::gateway {
+namespace {
+
+namespace pb = ::moe::router::v1;
+
+// Streams prompt_token_ids back (one per message, max_tokens of them), then LENGTH + usage.
+// With `hold` it sends one token and waits for cancellation.
+class FakeRouter final : public pb::Router::Service {
+ public:
+  explicit FakeRouter(std::string name) : name_(std::move(name)) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FakeRouter() override { server_->Shutdown(); }
+
+  grpc::Status Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
+                        grpc::ServerWriter<pb::GenerateResponse>* writer) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++calls_;
+      last_ = *req;
+    }
+    if (reject_) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "queue full");
+    const int n = req->max_tokens();
+    for (int i = 0; i < n; ++i) {
+      pb::GenerateResponse r;
+      r.add_token_ids(req->prompt_token_ids(i % req->prompt_token_ids_size()));
+      if (req->logprobs()) r.add_logprobs()->set_logprob(-0.25f);
+      if (i == n - 1) {
+        r.set_finish_reason(pb::FINISH_REASON_LENGTH);
+        r.mutable_usage()->set_prompt_tokens(req->prompt_token_ids_size());
+        r.mutable_usage()->set_completion_tokens(n);
+        r.mutable_usage()->set_cached_prompt_tokens(16);
+      }
+      writer->Write(r);
+      if (hold_) {
+        while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(1));
+        absl::MutexLock lock(&mu_);
+        ++cancelled_;
+        return grpc::Status::CANCELLED;
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStats(grpc::ServerContext*, const pb::GetStatsRequest*,
+                        pb::GetStatsResponse* resp) override {
+    resp->set_router_id(name_);
+    resp->set_num_requests_waiting(waiting_);
+    resp->set_kv_usage_ratio(0.25f);
+    return grpc::Status::OK;
+  }
+
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  bool WaitCancelled() {
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ > 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
+  }
+  pb::GenerateRequest last() {
+    absl::MutexLock lock(&mu_);
+    return last_;
+  }
+
+  bool hold_ = false;
+  bool reject_ = false;
+  int waiting_ = 0;
+
+ private:
+  std::string name_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  pb::GenerateRequest last_ ABSL_GUARDED_BY(mu_);
+};
+
+// Collects a stream's events.
+class Collector final : public GenerateObserver {
+ public:
+  void OnUpdate(GenerateUpdate u) override {
+    absl::MutexLock lock(&mu_);
+    for (int32_t id : u.token_ids) tokens_.push_back(id);
+    if (u.finish != FinishReason::kNone) {
+      finish_ = u.finish;
+      usage_ = u.usage;
+      done_ = true;
+    }
+  }
+  void OnFailed(absl::Status s) override {
+    absl::MutexLock lock(&mu_);
+    status_ = s;
+    done_ = true;
+  }
+  bool Wait() {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(20));
+  }
+  absl::Mutex mu_;
+  std::vector<int32_t> tokens_;
+  FinishReason finish_ = FinishReason::kNone;
+  std::optional<Usage> usage_;
+  absl::Status status_;
+  bool done_ = false;
+};
+
+RoutingOptions Routing(std::vector<std::string> routers) {
+  RoutingOptions o;
+  o.routers = std::move(routers);
+  o.stats_interval = absl::Seconds(60);  // tests poll explicitly
+  o.connect_timeout = absl::Seconds(2);
+  return o;
+}
+
+GenerateRequest Request(int max_tokens) {
+  GenerateRequest r;
+  r.request_id = "r1";
+  r.prompt_token_ids = {5, 6, 7};
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.5f;
+  r.sampling.seed = 3;
+  r.logprobs = true;
+  return r;
+}
+
+TEST(GrpcBackendTest, StreamsTokensFinishAndUsageFromARouter) {
+  FakeRouter router("a");
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({router.target()}), "tiny"));
+  backend->PollNowForTesting();
+  EXPECT_TRUE(backend->Ready());
+  auto collector = std::make_shared<Collector>();
+  auto call = backend->Generate(Request(4), collector);
+  ASSERT_TRUE(collector->Wait());
+  EXPECT_THAT(collector->tokens_, ::testing::ElementsAre(5, 6, 7, 5));
+  EXPECT_EQ(collector->finish_, FinishReason::kLength);
+  ASSERT_TRUE(collector->usage_.has_value());
+  EXPECT_EQ(collector->usage_->cached_prompt_tokens, 16);
+  pb::GenerateRequest sent = router.last();
+  EXPECT_FLOAT_EQ(sent.sampling().temperature(), 0.5f);
+  EXPECT_TRUE(sent.sampling().has_seed());
+  EXPECT_TRUE(sent.logprobs());
+}
+
+TEST(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
+  FakeRouter live("live");
+  // A port nobody listens on.
+  int dead_port;
+  {
+    FakeRouter tmp("tmp");
+    dead_port = std::stoi(tmp.target().substr(10));
+  }
+  const std::string dead = "127.0.0.1:" + std::to_string(dead_port);
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({dead, live.target()}), "tiny"));
+  // Without a poll both look healthy-unknown (down); every request must still succeed.
+  for (int i = 0; i < 4; ++i) {
+    auto collector = std::make_shared<Collector>();
+    GenerateRequest r = Request(2);
+    r.prompt_token_ids = {i, i + 1, i + 2};
+    auto call = backend->Generate(r, collector);
+    ASSERT_TRUE(collector->Wait());
+    EXPECT_TRUE(collector->status_.ok()) << collector->status_;
+    EXPECT_EQ(collector->finish_, FinishReason::kLength);
+  }
+  EXPECT_EQ(live.calls(), 4);
+  backend->PollNowForTesting();
+  std::vector<RouterLoad> loads = backend->Loads();
+  EXPECT_FALSE(loads[0].healthy);
+  EXPECT_TRUE(loads[1].healthy);
+}
+
+TEST(GrpcBackendTest, FullRouterQueueRetriesOnAnotherRouter) {
+  FakeRouter full("full"), free("free");
+  full.reject_ = true;
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing({full.target(), free.target()}), "tiny"));
+  backend->PollNowForTesting();
+  for (int i = 0; i < 4; ++i) {
+    auto collector = std::make_shared<Collector>();
+    GenerateRequest r = Request(1);
+    r.prompt_token_ids = {i * 7, 1, 2};
+    auto call = backend->Generate(r, collector);
+    ASSERT_TRUE(collector->Wait());
+    EXPECT_TRUE(collector->status_.ok()) << collector->status_;
+  }
+  EXPECT_EQ(free.calls(), 4);
+}
+
+TEST(GrpcBackendTest, AllRoutersFailingIsUnavailable) {
+  FakeRouter full("full");
+  full.reject_ = true;
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({full.target()}), "tiny"));
+  auto collector = std::make_shared<Collector>();
+  auto call = backend->Generate(Request(1), collector);
+  ASSERT_TRUE(collector->Wait());
+  EXPECT_EQ(collector->status_.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(GrpcBackendTest, CancelEndsTheRouterStream) {
+  FakeRouter router("a");
+  router.hold_ = true;
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({router.target()}), "tiny"));
+  auto collector = std::make_shared<Collector>();
+  auto call = backend->Generate(Request(10), collector);
+  {
+    absl::MutexLock lock(&collector->mu_);
+    auto first = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(collector->mu_) {
+      return !collector->tokens_.empty();
+    };
+    ASSERT_TRUE(collector->mu_.AwaitWithTimeout(absl::Condition(&first), absl::Seconds(10)));
+  }
+  call->Cancel();
+  EXPECT_TRUE(router.WaitCancelled());
+  ASSERT_TRUE(collector->Wait());
+  EXPECT_EQ(collector->status_.code(), absl::StatusCode::kCancelled);
+}
+
+TEST(GrpcBackendTest, StatsFeedTheLoadView) {
+  FakeRouter a("a"), b("b");
+  b.waiting_ = 24;
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing({a.target(), b.target()}), "tiny"));
+  backend->PollNowForTesting();
+  std::vector<RouterLoad> loads = backend->Loads();
+  ASSERT_EQ(loads.size(), 2u);
+  EXPECT_EQ(loads[1].num_waiting, 24);
+  EXPECT_NEAR(loads[0].kv_usage_ratio, 0.25, 1e-6);
+  // Every request avoids the busy router (load 3.25 vs 0.25, slack 0.5).
+  for (int i = 0; i < 6; ++i) {
+    auto collector = std::make_shared<Collector>();
+    GenerateRequest r = Request(1);
+    r.prompt_token_ids = {i, 100 + i, 3};
+    auto call = backend->Generate(r, collector);
+    ASSERT_TRUE(collector->Wait());
+  }
+  EXPECT_EQ(a.calls(), 6);
+  EXPECT_EQ(b.calls(), 0);
+}
+
+}  // namespace
+}  // namespace moe::gateway
