@@ -1,0 +1,117 @@
+#include "services/router/core/load_tracker.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace moe::router {
+
+double LoadWindow::Balancedness(int32_t layer, absl::Span<const int32_t> worker_ids) const {
+  if (worker_ids.empty()) return 1.0;
+  double sum = 0, max = 0;
+  for (int32_t w : worker_ids) {
+    auto it = worker_tokens.find(w);
+    const double t = it == worker_tokens.end() ? 0.0 : static_cast<double>(it->second[layer]);
+    sum += t;
+    max = std::max(max, t);
+  }
+  return max > 0 ? sum / static_cast<double>(worker_ids.size()) / max : 1.0;
+}
+
+ExpertLoadMetrics::ExpertLoadMetrics(common::metrics::Registry& r, int32_t num_layers,
+                                     int32_t num_experts)
+    : balancedness(r.GaugeFamily("moe_expert_balancedness",
+                                 "Mean over workers of tokens processed / the max, last window.")),
+      tokens(r.CounterFamily("moe_expert_tokens_total",
+                             "Tokens routed to each (layer, expert) (each top-k choice counts).")) {
+  if (static_cast<int64_t>(num_layers) * num_experts > 1024) return;
+  for (int32_t l = 0; l < num_layers; ++l) {
+    for (int32_t e = 0; e < num_experts; ++e) {
+      expert_tokens.push_back(
+          &tokens.Add({{"layer", absl::StrCat(l)}, {"expert", absl::StrCat(e)}}));
+    }
+  }
+}
+
+LoadTracker::LoadTracker(int32_t num_layers, int32_t num_experts, common::Clock* clock,
+                         common::metrics::Registry* registry, absl::Duration bucket,
+                         absl::Duration history)
+    : num_layers_(num_layers),
+      num_experts_(num_experts),
+      clock_(clock),
+      bucket_(bucket),
+      history_(history),
+      created_(clock->Now()) {
+  if (registry != nullptr) {
+    metrics_ = std::make_unique<ExpertLoadMetrics>(*registry, num_layers, num_experts);
+  }
+}
+
+LoadTracker::Bucket& LoadTracker::CurrentLocked() {
+  const absl::Time now = clock_->Now();
+  const absl::Time start = created_ + bucket_ * std::max<int64_t>(0, (now - created_) / bucket_);
+  if (buckets_.empty() || buckets_.back().start != start) {
+    buckets_.push_back(
+        {start, std::vector<uint64_t>(static_cast<size_t>(num_layers_) * num_experts_, 0), {}});
+  }
+  while (!buckets_.empty() && buckets_.front().start + bucket_ + history_ <= now) {
+    buckets_.pop_front();
+  }
+  return buckets_.back();
+}
+
+void LoadTracker::RecordExpertTokens(absl::Span<const int64_t> tokens) {
+  {
+    absl::MutexLock lock(&mu_);
+    Bucket& b = CurrentLocked();
+    const size_t n = std::min(tokens.size(), b.experts.size());
+    for (size_t i = 0; i < n; ++i) b.experts[i] += static_cast<uint64_t>(tokens[i]);
+  }
+  if (metrics_ != nullptr && !metrics_->expert_tokens.empty()) {
+    for (size_t i = 0; i < std::min(tokens.size(), metrics_->expert_tokens.size()); ++i) {
+      if (tokens[i] > 0) metrics_->expert_tokens[i]->Increment(static_cast<double>(tokens[i]));
+    }
+  }
+}
+
+void LoadTracker::RecordWorkerTokens(int32_t layer, int32_t worker_id, int64_t tokens) {
+  if (layer < 0 || layer >= num_layers_) return;
+  absl::MutexLock lock(&mu_);
+  Bucket& b = CurrentLocked();
+  auto& v = b.workers[worker_id];
+  if (v.empty()) v.assign(static_cast<size_t>(num_layers_), 0);
+  v[layer] += static_cast<uint64_t>(tokens);
+}
+
+LoadWindow LoadTracker::Window(absl::Duration span) const {
+  LoadWindow w;
+  w.num_layers = num_layers_;
+  w.num_experts = num_experts_;
+  w.expert_tokens.assign(static_cast<size_t>(num_layers_) * num_experts_, 0);
+  const absl::Time now = clock_->Now();
+  span = std::min(span, history_);
+  const absl::Time from = now - span;
+  absl::MutexLock lock(&mu_);
+  for (const Bucket& b : buckets_) {
+    if (b.start < from) continue;
+    for (size_t i = 0; i < b.experts.size(); ++i) w.expert_tokens[i] += b.experts[i];
+    for (const auto& [id, tokens] : b.workers) {
+      auto& dst = w.worker_tokens[id];
+      if (dst.empty()) dst.assign(static_cast<size_t>(num_layers_), 0);
+      for (size_t l = 0; l < tokens.size(); ++l) dst[l] += tokens[l];
+    }
+  }
+  w.span = std::min(span, now - created_);
+  return w;
+}
+
+void LoadTracker::UpdateBalancednessGauges(absl::Duration span,
+                                           absl::Span<const int32_t> worker_ids) {
+  if (metrics_ == nullptr) return;
+  const LoadWindow w = Window(span);
+  for (int32_t l = 0; l < num_layers_; ++l) {
+    metrics_->balancedness.Add({{"layer", absl::StrCat(l)}}).Set(w.Balancedness(l, worker_ids));
+  }
+}
+
+}  // namespace moe::router

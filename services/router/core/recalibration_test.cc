@@ -1,0 +1,122 @@
+#include "services/router/core/recalibration.h"
+
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::router {
+namespace {
+
+using common::testing::StatusIs;
+
+// Two routers and three workers in memory. Checks the protocol's invariant on every step: each
+// (layer, expert) of every router's active table is resident on a worker that the table names.
+class FakeCluster : public RecalibrationTransport {
+ public:
+  FakeCluster() {
+    PlacementTable t;
+    t.num_layers = 1;
+    t.num_experts = 6;
+    t.workers = {{0, "w0"}, {1, "w1"}, {2, "w2"}};
+    t.replicas.resize(6);
+    for (int e = 0; e < 6; ++e) t.MutableReplicas(0, e) = {e % 3};
+    for (int r = 0; r < 2; ++r) active_.push_back(t);
+    for (const auto& [id, keys] : t.ExpertsByWorker()) {
+      resident_[t.FindWorker(id)->address].insert(keys.begin(), keys.end());
+    }
+  }
+
+  int num_routers() const override { return static_cast<int>(active_.size()); }
+  absl::StatusOr<RouterLoadReport> GetStats(int router, absl::Duration) override {
+    log_ += absl::StrCat("stats", router, " ");
+    // Expert 0 is hot on both routers.
+    return RouterLoadReport{absl::StrCat("r", router), active_[router], {60, 10, 10, 10, 5, 5}};
+  }
+  absl::Status SetPlacement(int router, const PlacementTable& table) override {
+    log_ += absl::StrCat("set", router, " ");
+    active_[router] = table;
+    CheckInvariant();
+    return absl::OkStatus();
+  }
+  absl::Status LoadExperts(const std::string& w, const std::vector<model::ExpertKey>& k) override {
+    log_ += "load ";
+    resident_[w].insert(k.begin(), k.end());
+    return absl::OkStatus();
+  }
+  absl::Status UnloadExperts(const std::string& w,
+                             const std::vector<model::ExpertKey>& k) override {
+    log_ += "unload ";
+    for (const auto& key : k) resident_[w].erase(key);
+    CheckInvariant();
+    return absl::OkStatus();
+  }
+
+  void CheckInvariant() {
+    for (const PlacementTable& t : active_) {
+      for (int e = 0; e < t.num_experts; ++e) {
+        for (int32_t w : t.Replicas(0, e)) {
+          EXPECT_TRUE(resident_[t.FindWorker(w)->address].count({0, e}))
+              << "expert " << e << " not resident on w" << w << " in v" << t.version;
+        }
+      }
+    }
+  }
+
+  std::vector<PlacementTable> active_;
+  std::map<std::string, std::set<model::ExpertKey>> resident_;
+  std::string log_;
+};
+
+TEST(RecalibrationTest, LoadsSwitchesThenUnloadsKeepingEveryExpertLive) {
+  FakeCluster cluster;
+  RecalibrationOptions o;
+  auto report = Recalibrate(cluster, o);
+  ASSERT_OK(report.status());
+  EXPECT_EQ(report->previous_version, 0u);
+  EXPECT_EQ(report->version, 1u);
+  EXPECT_EQ(report->slots_per_worker, 3);
+  EXPECT_EQ(report->window_tokens, 200u);
+  EXPECT_GT(report->balancedness_after[0], report->balancedness_before[0]);
+  EXPECT_THAT(cluster.log_, ::testing::MatchesRegex("stats0 stats1 (load )+set0 set1 (unload )*"));
+  EXPECT_EQ(cluster.active_[0].version, 1u);
+  EXPECT_EQ(cluster.active_[1].version, 1u);
+  EXPECT_GE(cluster.active_[0].Replicas(0, 0).size(), 2u);
+}
+
+TEST(RecalibrationTest, DryRunChangesNothing) {
+  FakeCluster cluster;
+  RecalibrationOptions o;
+  o.dry_run = true;
+  auto report = Recalibrate(cluster, o);
+  ASSERT_OK(report.status());
+  EXPECT_EQ(cluster.log_, "stats0 stats1 ");
+  EXPECT_EQ(cluster.active_[0].version, 0u);
+}
+
+TEST(RecalibrationTest, RefusesWhenRoutersDisagree) {
+  FakeCluster cluster;
+  cluster.active_[1].version = 4;
+  EXPECT_THAT(Recalibrate(cluster, {}), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(cluster.log_, "stats0 stats1 ");
+}
+
+TEST(RecalibrationTest, DiffListsAddedReplicasPerWorker) {
+  PlacementTable a;
+  a.num_layers = 1;
+  a.num_experts = 2;
+  a.workers = {{0, "x"}, {1, "y"}};
+  a.replicas = {{0}, {1}};
+  PlacementTable b = a;
+  b.replicas = {{0, 1}, {1}};
+  const auto diff = PlacementDiff(a, b);
+  ASSERT_EQ(diff.size(), 1u);
+  EXPECT_EQ(diff.at("y"), (std::vector<model::ExpertKey>{{0, 0}}));
+  EXPECT_TRUE(PlacementDiff(b, b).empty());
+}
+
+}  // namespace
+}  // namespace moe::router
