@@ -1,0 +1,307 @@
+#include "services/expert-worker/core/expert_worker_core.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
+#include "common/engine/ffn.h"
+#include "common/tensor/dtype.h"
+
+namespace moe::expert_worker {
+namespace {
+
+int64_t ViewBytes(const kernels::WeightView& v) {
+  return v.rows * v.cols * common::DTypeSize(v.dtype);
+}
+
+int64_t ExpertBytes(const model::ExpertWeights& w) {
+  return ViewBytes(w.gate) + ViewBytes(w.up) + ViewBytes(w.down);
+}
+
+// "E" or "E1-E2" -> [first, last].
+bool ParseRange(absl::string_view text, int64_t* first, int64_t* last) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, '-');
+  if (parts.size() == 1) {
+    if (!absl::SimpleAtoi(parts[0], first)) return false;
+    *last = *first;
+    return true;
+  }
+  return parts.size() == 2 && absl::SimpleAtoi(parts[0], first) &&
+         absl::SimpleAtoi(parts[1], last) && *first <= *last;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ExpertKey>> ParseExpertSpecs(const std::vector<std::string>& specs,
+                                                        const model::ModelConfig& config) {
+  std::vector<ExpertKey> keys;
+  for (const std::string& spec : specs) {
+    std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
+    int64_t e0 = 0, e1 = 0, l0 = 0, l1 = config.num_hidden_layers - 1;
+    const bool all_layers = parts.size() == 2 && parts[0] == "*";
+    if (parts.size() != 2 || (!all_layers && !ParseRange(parts[0], &l0, &l1)) ||
+        !ParseRange(parts[1], &e0, &e1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("experts: \"", spec, "\" is not L:E, L:E1-E2 or *:E"));
+    }
+    if (l0 < 0 || l1 >= config.num_hidden_layers || e0 < 0 || e1 >= config.num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("experts: \"", spec, "\" is outside the model's ", config.num_hidden_layers,
+                       " layers and ", config.num_experts, " experts"));
+    }
+    for (int64_t l = l0; l <= l1; ++l) {
+      if (!config.IsMoeLayer(l)) {
+        if (all_layers) continue;
+        return absl::InvalidArgumentError(
+            absl::StrCat("experts: \"", spec, "\": layer ", l, " is not an MoE layer"));
+      }
+      for (int64_t e = e0; e <= e1; ++e) keys.push_back({l, e});
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+ExpertWorkerMetrics::ExpertWorkerMetrics(common::metrics::Registry& r)
+    : calls_total(r.AddCounter("moe_expert_worker_calls_total", "RunExperts calls computed.")),
+      tokens_total(r.AddCounter("moe_expert_worker_tokens_total",
+                                "Token rows computed (each expert batch row counts once).")),
+      busy_seconds(r.AddCounter("moe_expert_worker_busy_seconds_total",
+                                "Time spent computing expert batches, seconds.")),
+      rejected_total(r.AddCounter("moe_expert_worker_rejected_calls_total",
+                                  "Calls refused because the queue was full.")),
+      resident_experts(
+          r.AddGauge("moe_expert_worker_resident_experts", "(layer, expert) pairs resident.")),
+      resident_bytes(
+          r.AddGauge("moe_expert_worker_resident_bytes", "Weight bytes of resident experts.")) {}
+
+absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> ExpertWorkerCore::Create(
+    const ExpertWorkerCoreOptions& options, common::metrics::Registry* registry,
+    common::Clock* clock) {
+  RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<ExpertWorkerCore> core(new ExpertWorkerCore());
+  core->options_ = options;
+  core->clock_ = clock;
+  if (registry != nullptr) core->metrics_ = std::make_unique<ExpertWorkerMetrics>(*registry);
+  // Read config.json alone first (no tensors), to resolve '*' in the specs.
+  ASSIGN_OR_RETURN(auto probe,
+                   model::Checkpoint::Open(options.model_dir, model::LoadOptions::OnlyExperts({})));
+  ASSIGN_OR_RETURN(std::vector<ExpertKey> keys, ParseExpertSpecs(options.experts, probe->config()));
+  probe.reset();
+  model::LoadOptions load = model::LoadOptions::OnlyExperts(keys);
+  absl::MutexLock lock(&core->weights_mu_);
+  ASSIGN_OR_RETURN(core->checkpoint_, model::Checkpoint::Open(options.model_dir, load));
+  core->weights_ = core->checkpoint_->weights();
+  for (int i = 0; i < options.max_concurrent_calls; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->pool = std::make_unique<kernels::ThreadPool>(options.threads_per_call);
+    slot->executor =
+        std::make_unique<engine::LocalExpertExecutor>(&core->weights_, slot->pool.get());
+    core->free_slots_.push_back(slot.get());
+    core->all_slots_.push_back(std::move(slot));
+  }
+  if (core->metrics_ != nullptr) {
+    const ResidentSet r = core->ResidentLocked();
+    core->metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
+    core->metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
+  }
+  return core;
+}
+
+ExpertWorkerCore::~ExpertWorkerCore() = default;
+
+bool ExpertWorkerCore::ready() const {
+  absl::ReaderMutexLock lock(&weights_mu_);
+  return ready_;
+}
+
+absl::Status ExpertWorkerCore::WarmUp() {
+  std::vector<ExpertKey> keys = resident().experts;
+  RETURN_IF_ERROR(WarmUpKeys(keys));
+  absl::MutexLock lock(&weights_mu_);
+  ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ExpertWorkerCore::WarmUpKeys(const std::vector<ExpertKey>& keys) {
+  if (options_.warmup_tokens == 0 || keys.empty()) return absl::OkStatus();
+  const int64_t hidden = config().hidden_size;
+  const int64_t n = options_.warmup_tokens;
+  std::vector<float> in(static_cast<size_t>(n * hidden));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 17) * 0.01f - 0.08f;
+  std::vector<float> out(in.size());
+  // One call per (layer, expert) on whichever slot is free (calls may be running: Load).
+  for (const ExpertKey& k : keys) {
+    engine::ExpertCall call;
+    call.layer_idx = static_cast<int32_t>(k.layer);
+    call.hidden = hidden;
+    call.batches.push_back({static_cast<int32_t>(k.expert), n, in.data(), out.data()});
+    ASSIGN_OR_RETURN(Slot * slot, AcquireSlot(/*bounded=*/false));
+    absl::Status status;
+    {
+      absl::ReaderMutexLock lock(&weights_mu_);
+      auto h = slot->executor->Submit(call);
+      status = h.ok() ? slot->executor->Await(*h) : h.status();
+    }
+    ReleaseSlot(slot);
+    RETURN_IF_ERROR(status);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExpertWorkerCore::Slot*> ExpertWorkerCore::AcquireSlot(bool bounded) {
+  absl::MutexLock lock(&slots_mu_);
+  if (bounded && free_slots_.empty() && waiting_ >= options_.max_queued_calls) {
+    if (metrics_ != nullptr) metrics_->rejected_total.Increment();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("expert worker: ", waiting_, " calls already queued"));
+  }
+  ++waiting_;
+  slots_mu_.Await(absl::Condition(
+      +[](std::vector<Slot*>* free) { return !free->empty(); }, &free_slots_));
+  --waiting_;
+  Slot* slot = free_slots_.back();
+  free_slots_.pop_back();
+  return slot;
+}
+
+void ExpertWorkerCore::ReleaseSlot(Slot* slot) {
+  absl::MutexLock lock(&slots_mu_);
+  free_slots_.push_back(slot);
+}
+
+absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duration* compute) {
+  const model::ModelConfig& c = config();
+  if (call.layer_idx < 0 || call.layer_idx >= c.num_hidden_layers ||
+      !c.IsMoeLayer(call.layer_idx)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer_idx ", call.layer_idx, " is not an MoE layer of the model"));
+  }
+  if (call.hidden != c.hidden_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden ", call.hidden, " != the model's ", c.hidden_size));
+  }
+  if (call.batches.empty()) return absl::InvalidArgumentError("no expert batches");
+  std::vector<int32_t> ids;
+  int64_t tokens = 0;
+  for (const engine::ExpertBatch& b : call.batches) {
+    if (b.expert_id < 0 || b.expert_id >= c.num_experts) {
+      return absl::InvalidArgumentError(absl::StrCat("expert_id ", b.expert_id, " out of range"));
+    }
+    if (b.num_tokens <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", b.expert_id, ": num_tokens must be >= 1"));
+    }
+    ids.push_back(b.expert_id);
+    tokens += b.num_tokens;
+  }
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return absl::InvalidArgumentError("duplicate expert_id in one call");
+  }
+  ASSIGN_OR_RETURN(Slot * slot, AcquireSlot(/*bounded=*/true));
+  absl::Status status;
+  absl::Duration took;
+  {
+    absl::ReaderMutexLock lock(&weights_mu_);
+    if (!ready_) {
+      status = absl::UnavailableError("expert worker is warming up");
+    } else {
+      const model::LayerWeights& layer = weights_.layers[call.layer_idx];
+      for (int32_t e : ids) {
+        if (!engine::HasFfn(layer.experts[e])) {
+          status = absl::FailedPreconditionError(absl::StrCat(
+              "expert ", e, " of layer ", call.layer_idx, " is not resident on this worker"));
+          break;
+        }
+      }
+      if (status.ok()) {
+        const absl::Time start = clock_->Now();
+        auto handle = slot->executor->Submit(call);
+        status = handle.ok() ? slot->executor->Await(*handle) : handle.status();
+        took = clock_->Now() - start;
+      }
+    }
+  }
+  ReleaseSlot(slot);
+  if (status.ok() && metrics_ != nullptr) {
+    metrics_->calls_total.Increment();
+    metrics_->tokens_total.Increment(static_cast<double>(tokens));
+    metrics_->busy_seconds.Increment(absl::ToDoubleSeconds(took));
+  }
+  if (compute != nullptr) *compute = took;
+  return status;
+}
+
+ResidentSet ExpertWorkerCore::ResidentLocked() const {
+  ResidentSet r;
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const auto& experts = weights_.layers[l].experts;
+    for (size_t e = 0; e < experts.size(); ++e) {
+      if (engine::HasFfn(experts[e])) {
+        r.experts.push_back({static_cast<int64_t>(l), static_cast<int64_t>(e)});
+        r.bytes += ExpertBytes(experts[e]);
+      }
+    }
+  }
+  return r;
+}
+
+ResidentSet ExpertWorkerCore::resident() const {
+  absl::ReaderMutexLock lock(&weights_mu_);
+  return ResidentLocked();
+}
+
+absl::StatusOr<ResidentSet> ExpertWorkerCore::Load(const std::vector<ExpertKey>& keys) {
+  const model::ModelConfig& c = config();
+  for (const ExpertKey& k : keys) {
+    if (k.layer < 0 || k.layer >= c.num_hidden_layers || !c.IsMoeLayer(k.layer) || k.expert < 0 ||
+        k.expert >= c.num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no expert ", k.expert, " on MoE layer ", k.layer, " in the model"));
+    }
+  }
+  std::vector<ExpertKey> added;
+  {
+    absl::MutexLock lock(&weights_mu_);
+    for (const ExpertKey& k : keys) {
+      model::ExpertWeights& slot = weights_.layers[k.layer].experts[k.expert];
+      if (engine::HasFfn(slot)) continue;
+      ASSIGN_OR_RETURN(model::ExpertWeights w, checkpoint_->MapExpert(k.layer, k.expert));
+      slot = w;
+      added.push_back(k);
+    }
+  }
+  RETURN_IF_ERROR(WarmUpKeys(added));
+  ResidentSet r = resident();
+  if (metrics_ != nullptr) {
+    metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
+    metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
+  }
+  return r;
+}
+
+ResidentSet ExpertWorkerCore::Unload(const std::vector<ExpertKey>& keys) {
+  ResidentSet r;
+  {
+    absl::MutexLock lock(&weights_mu_);
+    for (const ExpertKey& k : keys) {
+      if (k.layer < 0 || k.layer >= static_cast<int64_t>(weights_.layers.size())) continue;
+      auto& experts = weights_.layers[k.layer].experts;
+      if (k.expert < 0 || k.expert >= static_cast<int64_t>(experts.size())) continue;
+      experts[k.expert] = model::ExpertWeights{};
+    }
+    r = ResidentLocked();
+  }
+  if (metrics_ != nullptr) {
+    metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
+    metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
+  }
+  return r;
+}
+
+}  // namespace moe::expert_worker

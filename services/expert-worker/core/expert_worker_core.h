@@ -1,0 +1,148 @@
+// The expert worker's compute core (no gRPC): a resident set of (layer, expert) FFNs mapped from
+// the checkpoint, warm-up, batched execution of one layer's expert batches per call, and live
+// re-placement (Load / Unload).
+//
+// Execution reuses engine::LocalExpertExecutor (the same RunSwiGlu path as the embedded engine),
+// so a row's output is bitwise identical to the in-process path whatever else is in its batch.
+//
+// Concurrency: at most `max_concurrent_calls` calls compute at once, each on its own slot (a
+// ThreadPool of threads_per_call threads plus a LocalExpertExecutor); up to `max_queued_calls`
+// more wait for a slot, beyond that Run() answers RESOURCE_EXHAUSTED (the router tries another
+// replica). Load/Unload take the resident set exclusively: they wait for running calls.
+//
+// Thread-safety: every public method is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/config/schema.h"
+#include "common/engine/expert_executor.h"
+#include "common/engine/local_expert_executor.h"
+#include "common/kernels/thread_pool.h"
+#include "common/metrics/registry.h"
+#include "common/model/checkpoint.h"
+
+namespace moe::expert_worker {
+
+using model::ExpertKey;
+
+struct ExpertWorkerCoreOptions {
+  // Hugging Face checkpoint directory. Required.
+  std::string model_dir;
+  // Experts resident at start-up, each "L:E", "L:E1-E2" (a range) or "*:E..." (every MoE layer);
+  // empty = none (the coordinator loads them with LoadExperts).
+  std::vector<std::string> experts;
+  // Calls computing at once; each gets threads_per_call threads.
+  int max_concurrent_calls = 1;
+  int threads_per_call = 1;
+  // Calls waiting for a slot before RESOURCE_EXHAUSTED.
+  int max_queued_calls = 64;
+  // Tokens per expert in the warm-up batch (0 = no warm-up).
+  int warmup_tokens = 8;
+
+  static void Describe(common::config::Schema<ExpertWorkerCoreOptions>& s) {
+    s.Add("model_dir", &ExpertWorkerCoreOptions::model_dir, "HF checkpoint directory").NonEmpty();
+    s.Add("experts", &ExpertWorkerCoreOptions::experts, "resident experts: L:E, L:E1-E2, *:E");
+    s.Add("max_concurrent_calls", &ExpertWorkerCoreOptions::max_concurrent_calls,
+          "calls computing at once")
+        .Range(1, 256);
+    s.Add("threads_per_call", &ExpertWorkerCoreOptions::threads_per_call, "threads per call")
+        .Range(1, 1024);
+    s.Add("max_queued_calls", &ExpertWorkerCoreOptions::max_queued_calls,
+          "calls waiting for a slot")
+        .Range(0, 1 << 20);
+    s.Add("warmup_tokens", &ExpertWorkerCoreOptions::warmup_tokens, "tokens per warm-up batch")
+        .Range(0, 4096);
+  }
+  absl::Status Validate() const { return common::config::CheckFields(*this); }
+};
+
+// Parses expert specs ("L:E", "L:E1-E2", "*:E", "*:E1-E2"; '*' = every MoE layer of `config`)
+// into sorted, distinct keys. InvalidArgument naming the bad spec.
+absl::StatusOr<std::vector<ExpertKey>> ParseExpertSpecs(const std::vector<std::string>& specs,
+                                                        const model::ModelConfig& config);
+
+// Worker metrics (the router side has moe_expert_call_seconds).
+struct ExpertWorkerMetrics {
+  explicit ExpertWorkerMetrics(common::metrics::Registry& r);
+  common::metrics::Counter& calls_total;     // moe_expert_worker_calls_total
+  common::metrics::Counter& tokens_total;    // moe_expert_worker_tokens_total
+  common::metrics::Counter& busy_seconds;    // moe_expert_worker_busy_seconds_total
+  common::metrics::Counter& rejected_total;  // moe_expert_worker_rejected_calls_total
+  common::metrics::Gauge& resident_experts;  // moe_expert_worker_resident_experts
+  common::metrics::Gauge& resident_bytes;    // moe_expert_worker_resident_bytes
+};
+
+struct ResidentSet {
+  std::vector<ExpertKey> experts;  // sorted
+  int64_t bytes = 0;
+};
+
+class ExpertWorkerCore {
+ public:
+  // Opens the checkpoint mapping only the start-up experts (and config.json). `registry` may be
+  // null; `clock` is borrowed. Errors: options, the checkpoint's, InvalidArgument (bad specs).
+  static absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> Create(
+      const ExpertWorkerCoreOptions& options, common::metrics::Registry* registry,
+      common::Clock* clock);
+  ~ExpertWorkerCore();
+
+  // Runs a synthetic batch through every resident expert (faults the weights in, sizes the
+  // scratch buffers), then marks the core ready. Run() answers UNAVAILABLE before.
+  absl::Status WarmUp();
+  bool ready() const;
+
+  // Computes every batch of `call` (outputs written in place). `call.hidden` must be the
+  // model's hidden size. Errors: UNAVAILABLE (not warmed up), INVALID_ARGUMENT (bad layer,
+  // shape, duplicate expert id), FAILED_PRECONDITION (an expert not resident here),
+  // RESOURCE_EXHAUSTED (queue full). `compute` (optional) receives the time spent computing.
+  absl::Status Run(const engine::ExpertCall& call, absl::Duration* compute = nullptr);
+
+  // Makes `keys` resident (mapping their tensors) and warms them up; already resident keys
+  // stay. InvalidArgument for keys outside the model's MoE layers/experts.
+  absl::StatusOr<ResidentSet> Load(const std::vector<ExpertKey>& keys);
+  // Stops serving `keys` (waits for running calls); unknown keys are ignored.
+  ResidentSet Unload(const std::vector<ExpertKey>& keys);
+  ResidentSet resident() const;
+
+  const model::ModelConfig& config() const { return checkpoint_->config(); }
+
+ private:
+  struct Slot {
+    std::unique_ptr<kernels::ThreadPool> pool;
+    std::unique_ptr<engine::LocalExpertExecutor> executor;
+  };
+  ExpertWorkerCore() = default;
+  ResidentSet ResidentLocked() const ABSL_SHARED_LOCKS_REQUIRED(weights_mu_);
+  absl::Status WarmUpKeys(const std::vector<ExpertKey>& keys);
+  // Blocks for a free slot; RESOURCE_EXHAUSTED when `bounded` and the queue is full.
+  absl::StatusOr<Slot*> AcquireSlot(bool bounded);
+  void ReleaseSlot(Slot* slot);
+
+  ExpertWorkerCoreOptions options_;
+  common::Clock* clock_ = nullptr;
+  std::unique_ptr<ExpertWorkerMetrics> metrics_;
+
+  // Protects the resident set: Run() holds it shared, Load/Unload exclusively.
+  mutable absl::Mutex weights_mu_;
+  std::unique_ptr<model::Checkpoint> checkpoint_ ABSL_GUARDED_BY(weights_mu_);
+  // layers[l].experts[e] has non-null views exactly for resident experts.
+  model::ModelWeights weights_ ABSL_GUARDED_BY(weights_mu_);
+  bool ready_ ABSL_GUARDED_BY(weights_mu_) = false;
+
+  absl::Mutex slots_mu_;
+  std::vector<std::unique_ptr<Slot>> all_slots_;
+  std::vector<Slot*> free_slots_ ABSL_GUARDED_BY(slots_mu_);
+  int waiting_ ABSL_GUARDED_BY(slots_mu_) = 0;
+};
+
+}  // namespace moe::expert_worker

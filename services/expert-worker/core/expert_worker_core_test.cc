@@ -1,0 +1,153 @@
+#include "services/expert-worker/core/expert_worker_core.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/base/clock.h"
+#include "common/engine/local_expert_executor.h"
+#include "common/metrics/registry.h"
+#include "common/model/make_model.h"
+#include "common/testing/free_port.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::expert_worker {
+namespace {
+
+using common::testing::IsOk;
+using common::testing::StatusIs;
+
+class ExpertWorkerCoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(common::testing::MakeTempDir("expert_worker_core_test"));
+    model::MakeModelOptions make;
+    make.preset = model::Preset::kTiny;
+    ASSERT_OK(model::MakeModel(make, *dir_));
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  std::unique_ptr<ExpertWorkerCore> MakeCore(std::vector<std::string> experts) {
+    ExpertWorkerCoreOptions o;
+    o.model_dir = *dir_;
+    o.experts = std::move(experts);
+    o.max_concurrent_calls = 2;
+    auto core = ExpertWorkerCore::Create(o, &registry_, &common::SystemClock::Get());
+    EXPECT_OK(core.status());
+    return core.ok() ? std::move(*core) : nullptr;
+  }
+
+  // Inputs for `num_tokens` rows of width `hidden`, distinct per row.
+  static std::vector<float> Inputs(int64_t num_tokens, int64_t hidden, float seed) {
+    std::vector<float> x(static_cast<size_t>(num_tokens * hidden));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(seed + 0.37f * static_cast<float>(i));
+    return x;
+  }
+
+  static std::string* dir_;
+  common::metrics::Registry registry_;
+};
+std::string* ExpertWorkerCoreTest::dir_ = nullptr;
+
+TEST_F(ExpertWorkerCoreTest, ParsesSpecsIntoSortedDistinctKeys) {
+  auto ckpt = model::Checkpoint::Open(*dir_, model::LoadOptions::OnlyExperts({}));
+  ASSERT_OK(ckpt.status());
+  auto keys = ParseExpertSpecs({"1:3", "*:0-1", "0:1"}, (*ckpt)->config());
+  ASSERT_OK(keys.status());
+  EXPECT_EQ(*keys, (std::vector<ExpertKey>{{0, 0}, {0, 1}, {1, 0}, {1, 1}, {1, 3}}));
+  EXPECT_THAT(ParseExpertSpecs({"0:9"}, (*ckpt)->config()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseExpertSpecs({"x"}, (*ckpt)->config()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ExpertWorkerCoreTest, MapsOnlyConfiguredExperts) {
+  auto core = MakeCore({"0:2", "1:5"});
+  ASSERT_NE(core, nullptr);
+  EXPECT_EQ(core->resident().experts, (std::vector<ExpertKey>{{0, 2}, {1, 5}}));
+  const int64_t c = core->config().hidden_size * core->config().moe_intermediate_size * 4;
+  EXPECT_EQ(core->resident().bytes, 2 * 3 * c);
+}
+
+TEST_F(ExpertWorkerCoreTest, UnavailableUntilWarmedUp) {
+  auto core = MakeCore({"0:0"});
+  ASSERT_NE(core, nullptr);
+  const int64_t hidden = core->config().hidden_size;
+  std::vector<float> in = Inputs(2, hidden, 1.0f), out(in.size());
+  engine::ExpertCall call{0, hidden, {{0, 2, in.data(), out.data()}}};
+  EXPECT_THAT(core->Run(call), StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_OK(core->WarmUp());
+  EXPECT_TRUE(core->ready());
+  EXPECT_OK(core->Run(call));
+}
+
+TEST_F(ExpertWorkerCoreTest, OutputsAreBitwiseTheInProcessExecutors) {
+  auto core = MakeCore({"*:1-3"});
+  ASSERT_NE(core, nullptr);
+  ASSERT_OK(core->WarmUp());
+  auto full = model::Checkpoint::Open(*dir_);
+  ASSERT_OK(full.status());
+  kernels::ThreadPool pool(1);
+  engine::LocalExpertExecutor local(&(*full)->weights(), &pool);
+
+  const int64_t hidden = core->config().hidden_size;
+  for (int32_t layer = 0; layer < 2; ++layer) {
+    std::vector<float> a = Inputs(5, hidden, 0.5f), b = Inputs(1, hidden, 2.0f);
+    std::vector<float> oa(a.size()), ob(b.size()), ra(a.size()), rb(b.size());
+    engine::ExpertCall call{
+        layer, hidden, {{3, 5, a.data(), oa.data()}, {1, 1, b.data(), ob.data()}}};
+    ASSERT_OK(core->Run(call));
+    engine::ExpertCall ref{
+        layer, hidden, {{3, 5, a.data(), ra.data()}, {1, 1, b.data(), rb.data()}}};
+    auto h = local.Submit(ref);
+    ASSERT_OK(h.status());
+    ASSERT_OK(local.Await(*h));
+    EXPECT_EQ(std::memcmp(oa.data(), ra.data(), oa.size() * 4), 0) << "layer " << layer;
+    EXPECT_EQ(std::memcmp(ob.data(), rb.data(), ob.size() * 4), 0) << "layer " << layer;
+  }
+  EXPECT_EQ(registry_.Value("moe_expert_worker_tokens_total").value(), 12);
+  EXPECT_EQ(registry_.Value("moe_expert_worker_calls_total").value(), 2);
+}
+
+TEST_F(ExpertWorkerCoreTest, RejectsBadCalls) {
+  auto core = MakeCore({"0:0-1"});
+  ASSERT_NE(core, nullptr);
+  ASSERT_OK(core->WarmUp());
+  const int64_t hidden = core->config().hidden_size;
+  std::vector<float> in = Inputs(1, hidden, 1.0f), out(in.size()), out2(in.size());
+  EXPECT_THAT(core->Run({0, hidden, {{4, 1, in.data(), out.data()}}}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(
+      core->Run({0, hidden, {{0, 1, in.data(), out.data()}, {0, 1, in.data(), out2.data()}}}),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(core->Run({0, hidden + 1, {{0, 1, in.data(), out.data()}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(core->Run({7, hidden, {{0, 1, in.data(), out.data()}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(core->Run({0, hidden, {}}), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ExpertWorkerCoreTest, LoadAndUnloadChangeWhatRuns) {
+  auto core = MakeCore({"0:0"});
+  ASSERT_NE(core, nullptr);
+  ASSERT_OK(core->WarmUp());
+  const int64_t hidden = core->config().hidden_size;
+  std::vector<float> in = Inputs(3, hidden, 1.0f), out(in.size());
+  engine::ExpertCall call{1, hidden, {{6, 3, in.data(), out.data()}}};
+  EXPECT_THAT(core->Run(call), StatusIs(absl::StatusCode::kFailedPrecondition));
+  auto loaded = core->Load({{1, 6}, {0, 0}});
+  ASSERT_OK(loaded.status());
+  EXPECT_EQ(loaded->experts, (std::vector<ExpertKey>{{0, 0}, {1, 6}}));
+  EXPECT_OK(core->Run(call));
+  EXPECT_EQ(core->Unload({{0, 0}, {1, 7}}).experts, (std::vector<ExpertKey>{{1, 6}}));
+  EXPECT_THAT(core->Run({0, hidden, {{0, 3, in.data(), out.data()}}}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(core->Load({{0, 8}}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(registry_.Value("moe_expert_worker_resident_experts").value(), 1);
+}
+
+}  // namespace
+}  // namespace moe::expert_worker
