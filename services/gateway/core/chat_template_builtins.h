@@ -18,6 +18,11 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& interp, std::string_view name, Va
 absl::StatusOr<bool> ApplyTest(Interpreter& interp, std::string_view name, const Value& operand,
                                const ValueList& args);
 
+// Whether a filter / test of that name exists (the parser rejects unknown ones, as Jinja does
+// when it compiles a template).
+bool IsKnownFilter(std::string_view name);
+bool IsKnownTest(std::string_view name);
+
 // `object.name` for a Python method of a str, dict or list: a bound callable, or undefined.
 Value GetMethod(const Value& object, std::string_view name);
 

@@ -73,9 +73,11 @@ absl::StatusOr<std::string> Interpreter::Render(const StmtList& program, const V
   frame_ = std::make_shared<Frame>();
   frame_->parent = ctx;
   std::string out;
-  ASSIGN_OR_RETURN(Flow flow, ExecList(program, &out));
-  (void)flow;
+  absl::StatusOr<Flow> flow = ExecList(program, &out);
+  for (const auto& f : captured_frames_) f->vars.items.clear();
+  captured_frames_.clear();
   frame_.reset();
+  if (!flow.ok()) return flow.status();
   return out;
 }
 
@@ -159,10 +161,12 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& s, std::string* 
       return Flow::kNormal;
     }
     case Stmt::Kind::kMacro:
+      captured_frames_.push_back(frame_);
       frame_->vars.Set(s.text, Value::Function(std::make_shared<MacroCallable>(&s, frame_)));
       return Flow::kNormal;
     case Stmt::Kind::kCallBlock: {
       // `caller()` renders the block body; the callee sees it as its `caller` variable.
+      captured_frames_.push_back(frame_);
       Value caller = Value::Function(std::make_shared<MacroCallable>(&s, frame_));
       const Expr& call = *s.expr;
       ASSIGN_OR_RETURN(Value fn, Eval(*call.children[0]));

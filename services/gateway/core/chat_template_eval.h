@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -75,6 +76,9 @@ class Interpreter {
   const common::Clock& clock_;
   const absl::TimeZone time_zone_;
   std::shared_ptr<Frame> frame_;
+  // Frames captured by macros (a macro stored in the frame it closes over is a reference
+  // cycle); their variables are cleared when the render ends.
+  std::vector<std::shared_ptr<Frame>> captured_frames_;
   int64_t steps_ = 0;
   int call_depth_ = 0;
   size_t output_bytes_ = 0;

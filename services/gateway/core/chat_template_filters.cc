@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -229,7 +230,29 @@ absl::StatusOr<Value> ToNumber(const Value& v, bool to_int, const Value& fallbac
   return fallback;
 }
 
+constexpr std::string_view kFilters[] = {
+    "abs",    "attr",   "capitalize", "count",      "d",           "default", "dictsort",
+    "e",      "escape", "first",      "float",      "forceescape", "indent",  "int",
+    "items",  "join",   "last",       "length",     "list",        "lower",   "map",
+    "max",    "min",    "reject",     "rejectattr", "replace",     "reverse", "round",
+    "safe",   "select", "selectattr", "sort",       "string",      "sum",     "title",
+    "tojson", "trim",   "unique",     "upper",      "wordcount"};
+constexpr std::string_view kTests[] = {
+    "boolean", "callable", "defined",  "divisibleby", "eq",      "equalto",   "escaped", "even",
+    "false",   "float",    "ge",       "greaterthan", "gt",      "in",        "integer", "iterable",
+    "le",      "lessthan", "lower",    "lt",          "mapping", "ne",        "none",    "number",
+    "odd",     "sameas",   "sequence", "string",      "true",    "undefined", "upper",   "==",
+    "!=",      "<",        "<=",       ">",           ">="};
+
 }  // namespace
+
+bool IsKnownFilter(std::string_view name) {
+  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
+}
+
+bool IsKnownTest(std::string_view name) {
+  return std::find(std::begin(kTests), std::end(kTests), name) != std::end(kTests);
+}
 
 absl::StatusOr<Value> ApplyFilter(Interpreter& interp, std::string_view name, Value operand,
                                   ValueList args, KwArgs kwargs) {

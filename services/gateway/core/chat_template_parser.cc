@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "common/base/status_macros.h"
+#include "services/gateway/core/chat_template_builtins.h"
 
 namespace moe::gateway::jinja {
 namespace {
@@ -319,6 +320,7 @@ class Parser {
     const Token& at = Cur();
     ExprPtr f = NewExpr(Expr::Kind::kFilter, at);
     ASSIGN_OR_RETURN(f->name, ExpectName());
+    if (!IsKnownFilter(f->name)) return Error(at, Cat("no filter named '", f->name, "'"));
     f->children.push_back(NewExpr(Expr::Kind::kLiteral, at));
     f->children.back()->name = kPlaceholderName;
     if (IsOp("(")) {
@@ -683,6 +685,7 @@ class Parser {
           ASSIGN_OR_RETURN(std::string part, ExpectName());
           f->name += "." + part;
         }
+        if (!IsKnownFilter(f->name)) return Error(at, Cat("no filter named '", f->name, "'"));
         f->children.push_back(std::move(node));
         if (IsOp("(")) {
           ASSIGN_OR_RETURN(f, ParseCall(std::move(f), at, Expr::Kind::kFilter));
@@ -700,6 +703,7 @@ class Parser {
           return Unexpected("a test name");
         }
         t->name = Cur().text;
+        if (!IsKnownTest(t->name)) return Error(Cur(), Cat("no test named '", t->name, "'"));
         Advance();
         t->children.push_back(std::move(node));
         if (IsOp("(")) {
