@@ -59,9 +59,11 @@ absl::Status BadValue(absl::string_view key, absl::string_view shown, const Fiel
 
 absl::Status ApplyMap(const SchemaBase& schema, void* obj, const YAML::Node& map,
                       absl::string_view prefix, absl::string_view source) {
-  for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& key_node = it->first;
-    const YAML::Node& value = it->second;
+  for (const auto& entry : map) {
+    // Copies (cheap handles): yaml-cpp's iterator yields a temporary pair, so references to
+    // its members would dangle.
+    const YAML::Node key_node = entry.first;
+    const YAML::Node value = entry.second;
     const std::string where = Where(source, key_node.Mark());
     if (!key_node.IsScalar()) {
       return absl::InvalidArgumentError(absl::StrCat("a key under ", Quote(prefix), " is ",
