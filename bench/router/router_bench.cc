@@ -1,0 +1,303 @@
+// `moe bench router` (issue 4 Must-show, DESIGN.md §6): the router's scheduler + L1 KV cache over
+// the real engine on the small preset (or --model DIR), driven step by step on this thread:
+//   kv_slot_utilisation              tokens held / (used blocks x block size), shared blocks once,
+//                                    sampled every step while 64 requests run (prompts U[16,2048],
+//                                    outputs U[16,256]); goal >= 0.97
+//   ttft_warm_over_cold_l1           TTFT of a 2k prompt whose 2k prefix is cached + 32 new tokens,
+//                                    over the same prompt cold; goal <= 0.1
+//   prefix_sharing_concurrency_ratio max running sequences at a fixed KV budget, 1k shared system
+//                                    prompt + 64 unique + 64 output, sharing on / off; goal >= 3
+//   router_decode_tok_s              aggregate decode tokens/s at 1..64 concurrent streams
+// --quick scales every size down (prompts U[16,512], 16 requests, 512-token prefix, 1..16 streams).
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/common/suite.h"
+#include "bench/engine/engine_bench.h"
+#include "common/base/clock.h"
+#include "common/base/status_macros.h"
+#include "services/router/core/router_core.h"
+
+namespace moe::bench {
+namespace {
+
+using router::GenerateRequest;
+using router::RouterCore;
+using router::RouterCoreOptions;
+using router::Scheduler;
+
+// The parameters every result carries: what model and machine share it ran with.
+BenchResult WithCommon(BenchResult r, const SuiteOptions& o) {
+  r.params["model"] = o.model_dir.empty() ? o.preset : o.model_dir;
+  r.params["threads"] = o.threads;
+  r.params["quick"] = o.quick;
+  return r;
+}
+
+GenerateRequest Greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;  // lengths as asked
+  return r;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
+  std::vector<int32_t> out(n);
+  // Skip the low ids (special tokens in the preset tokenizers).
+  for (auto& t : out) t = static_cast<int32_t>(16 + rng() % (vocab - 16));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<RouterCore>> MakeCore(const std::string& dir, int threads,
+                                                     int64_t kv_blocks, bool sharing,
+                                                     int64_t max_num_seqs) {
+  RouterCoreOptions o;
+  o.model_dir = dir;
+  o.num_threads = threads;
+  o.kv_num_blocks = kv_blocks;
+  o.enable_prefix_caching = sharing;
+  o.scheduler.max_num_seqs = max_num_seqs;
+  o.scheduler.max_batch_tokens = 2048;
+  o.scheduler.chunked_prefill_size = 512;
+  o.scheduler.max_waiting = 100000;
+  return RouterCore::Create(o, nullptr, &common::SystemClock::Get());
+}
+
+// Steps until idle, reading every stream so no one is held back; calls on_step after each step.
+template <typename F>
+absl::Status RunAll(Scheduler& s, std::vector<std::shared_ptr<router::RequestStream>>& streams,
+                    F on_step) {
+  while (s.HasWork()) {
+    s.Step();
+    on_step(s.GetStats());
+    for (auto& st : streams) {
+      while (auto e = st->Next(absl::ZeroDuration())) {
+        if (e->final() && !e->status.ok()) return e->status;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotUtilisation(const std::string& dir, const SuiteOptions& o, BenchReport& report) {
+  const int n = o.quick ? 16 : 64;
+  const int64_t max_prompt = o.quick ? 512 : 2048;
+  ASSIGN_OR_RETURN(auto core, MakeCore(dir, o.threads, o.quick ? 1024 : 6144, true, 256));
+  const int64_t vocab = core->config().vocab_size;
+  std::mt19937_64 rng(1);
+  std::vector<std::shared_ptr<router::RequestStream>> streams;
+  for (int i = 0; i < n; ++i) {
+    const int64_t len = 16 + static_cast<int64_t>(rng() % (max_prompt - 16 + 1));
+    const int32_t out = 16 + static_cast<int32_t>(rng() % (256 - 16 + 1));
+    ASSIGN_OR_RETURN(auto sub,
+                     core->scheduler().Submit(Greedy(RandomTokens(rng, len, vocab), out)));
+    streams.push_back(sub.stream);
+  }
+  double sum = 0, min = 1;
+  int64_t samples = 0, max_running = 0;
+  const absl::Time t0 = absl::Now();
+  RETURN_IF_ERROR(RunAll(core->scheduler(), streams, [&](const router::SchedulerStats& st) {
+    if (st.kv.num_blocks_used == 0) return;
+    sum += st.kv.slot_utilisation;
+    min = std::min(min, st.kv.slot_utilisation);
+    max_running = std::max(max_running, st.num_running);
+    ++samples;
+  }));
+  report.Add(WithCommon({.name = "kv_slot_utilisation",
+                         .value = samples > 0 ? sum / samples : 0,
+                         .unit = "ratio",
+                         .params = {{"requests", n},
+                                    {"prompt_tokens", {16, max_prompt}},
+                                    {"output_tokens", {16, 256}},
+                                    {"block_size", 16},
+                                    {"steps_sampled", samples},
+                                    {"min", min},
+                                    {"max_running", max_running},
+                                    {"wall_s", absl::ToDoubleSeconds(absl::Now() - t0)},
+                                    {"goal", ">= 0.97"}}},
+                        o));
+  return absl::OkStatus();
+}
+
+// Submit-to-first-token wall time of one request run alone.
+absl::StatusOr<double> Ttft(Scheduler& s, std::vector<int32_t> prompt) {
+  const absl::Time t0 = absl::Now();
+  ASSIGN_OR_RETURN(auto sub, s.Submit(Greedy(std::move(prompt), 1)));
+  double ttft = -1;
+  while (s.HasWork()) {
+    s.Step();
+    if (ttft < 0 && sub.stream->finished()) ttft = absl::ToDoubleSeconds(absl::Now() - t0);
+  }
+  while (auto e = sub.stream->Next(absl::ZeroDuration())) {
+    if (e->final() && !e->status.ok()) return e->status;
+  }
+  return ttft;
+}
+
+absl::Status WarmOverCold(const std::string& dir, const SuiteOptions& o, BenchReport& report) {
+  const int64_t prefix = o.quick ? 512 : 2048;
+  ASSIGN_OR_RETURN(auto core, MakeCore(dir, o.threads, 2048, true, 256));
+  const int64_t vocab = core->config().vocab_size;
+  std::mt19937_64 rng(2);
+  std::vector<double> cold, warm;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<int32_t> doc = RandomTokens(rng, prefix, vocab);
+    ASSIGN_OR_RETURN(double c, Ttft(core->scheduler(), doc));
+    std::vector<int32_t> question = doc;
+    auto tail = RandomTokens(rng, 32, vocab);
+    question.insert(question.end(), tail.begin(), tail.end());
+    ASSIGN_OR_RETURN(double w, Ttft(core->scheduler(), question));
+    cold.push_back(c);
+    warm.push_back(w);
+  }
+  std::sort(cold.begin(), cold.end());
+  std::sort(warm.begin(), warm.end());
+  const double c = cold[1], w = warm[1];  // medians of 3
+  report.Add(WithCommon({.name = "ttft_warm_over_cold_l1",
+                         .value = w / c,
+                         .unit = "ratio",
+                         .params = {{"prefix_tokens", prefix},
+                                    {"new_tokens", 32},
+                                    {"ttft_cold_s", c},
+                                    {"ttft_warm_s", w},
+                                    {"repeats", 3},
+                                    {"goal", "<= 0.1"}}},
+                        o));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> MaxConcurrency(const std::string& dir, const SuiteOptions& o, bool sharing,
+                                       int64_t kv_blocks, int64_t system_len, int requests) {
+  ASSIGN_OR_RETURN(auto core, MakeCore(dir, o.threads, kv_blocks, sharing, 1024));
+  const int64_t vocab = core->config().vocab_size;
+  std::mt19937_64 rng(3);
+  const std::vector<int32_t> system = RandomTokens(rng, system_len, vocab);
+  std::vector<std::shared_ptr<router::RequestStream>> streams;
+  // The system prompt has been seen before (a warm cluster): one prefill-only request.
+  ASSIGN_OR_RETURN(auto warmup, core->scheduler().Submit(Greedy(system, 0)));
+  streams.push_back(warmup.stream);
+  RETURN_IF_ERROR(RunAll(core->scheduler(), streams, [](const router::SchedulerStats&) {}));
+  streams.clear();
+  for (int i = 0; i < requests; ++i) {
+    std::vector<int32_t> p = system;
+    auto unique = RandomTokens(rng, 64, vocab);
+    p.insert(p.end(), unique.begin(), unique.end());
+    ASSIGN_OR_RETURN(auto sub, core->scheduler().Submit(Greedy(std::move(p), 64)));
+    streams.push_back(sub.stream);
+  }
+  int64_t max_running = 0;
+  RETURN_IF_ERROR(RunAll(core->scheduler(), streams, [&](const router::SchedulerStats& st) {
+    max_running = std::max(max_running, st.num_running);
+  }));
+  return max_running;
+}
+
+absl::Status SharingConcurrency(const std::string& dir, const SuiteOptions& o,
+                                BenchReport& report) {
+  const int64_t system_len = o.quick ? 256 : 1024;
+  const int64_t per_seq = (system_len + 64 + 64 + 15) / 16;
+  const int64_t kv_blocks = 16 * per_seq;  // 16 sequences without sharing
+  const int requests = o.quick ? 64 : 160;
+  ASSIGN_OR_RETURN(int64_t off, MaxConcurrency(dir, o, false, kv_blocks, system_len, requests));
+  ASSIGN_OR_RETURN(int64_t on, MaxConcurrency(dir, o, true, kv_blocks, system_len, requests));
+  report.Add(WithCommon({.name = "prefix_sharing_concurrency_ratio",
+                         .value = off > 0 ? static_cast<double>(on) / off : 0,
+                         .unit = "ratio",
+                         .params = {{"kv_blocks", kv_blocks},
+                                    {"block_size", 16},
+                                    {"system_tokens", system_len},
+                                    {"unique_tokens", 64},
+                                    {"output_tokens", 64},
+                                    {"requests", requests},
+                                    {"max_running_sharing_on", on},
+                                    {"max_running_sharing_off", off},
+                                    {"goal", ">= 3"}}},
+                        o));
+  return absl::OkStatus();
+}
+
+absl::Status DecodeThroughput(const std::string& dir, const SuiteOptions& o, BenchReport& report) {
+  const int max_streams = o.quick ? 16 : 64;
+  const int32_t out_tokens = o.quick ? 32 : 64;
+  std::vector<int> counts;
+  for (int b = 1; b <= max_streams; b *= 2) counts.push_back(b);
+  ASSIGN_OR_RETURN(auto core, MakeCore(dir, o.threads, 2048, true, 256));
+  const int64_t vocab = core->config().vocab_size;
+  std::mt19937_64 rng(4);
+  for (int b : counts) {
+    std::vector<std::shared_ptr<router::RequestStream>> streams;
+    for (int i = 0; i < b; ++i) {
+      ASSIGN_OR_RETURN(auto sub,
+                       core->scheduler().Submit(Greedy(RandomTokens(rng, 32, vocab), out_tokens)));
+      streams.push_back(sub.stream);
+    }
+    // Time only steps where every stream decodes (prefill excluded).
+    absl::Duration decode_time;
+    int64_t decode_tokens = 0;
+    Scheduler& s = core->scheduler();
+    while (s.HasWork()) {
+      const router::SchedulerStats before = s.GetStats();
+      const absl::Time t0 = absl::Now();
+      s.Step();
+      const absl::Duration dt = absl::Now() - t0;
+      const router::SchedulerStats st = s.GetStats();
+      if (before.num_running == b && st.last_step_seqs == st.last_step_tokens &&
+          st.last_step_seqs == b) {
+        decode_time += dt;
+        decode_tokens += st.last_step_tokens;
+      }
+      for (auto& stream : streams) {
+        while (stream->Next(absl::ZeroDuration())) {
+        }
+      }
+    }
+    report.Add(
+        WithCommon({.name = "router_decode_tok_s",
+                    .value = decode_tokens / std::max(1e-9, absl::ToDoubleSeconds(decode_time)),
+                    .unit = "tok/s",
+                    .params = {{"streams", b},
+                               {"prompt_tokens", 32},
+                               {"output_tokens", out_tokens},
+                               {"decode_steps_timed", b > 0 ? decode_tokens / b : 0}}},
+                   o));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BenchReport> RunRouterSuite(const SuiteOptions& options) {
+  SuiteOptions o = options;
+  // This suite's figures are defined on the small preset; the shared default ("bench") would take
+  // far too long on a small machine. An explicit --preset tiny|small or --model is honoured.
+  if (o.model_dir.empty() && o.preset == "bench") o.preset = "small";
+  std::string dir = o.model_dir;
+  if (dir.empty()) {
+    ASSIGN_OR_RETURN(dir, PresetCheckpoint(o));
+  }
+  BenchReport report("router");
+  std::fprintf(stderr, "moe bench router: kv_slot_utilisation\n");
+  RETURN_IF_ERROR(SlotUtilisation(dir, o, report));
+  std::fprintf(stderr, "moe bench router: ttft_warm_over_cold_l1\n");
+  RETURN_IF_ERROR(WarmOverCold(dir, o, report));
+  std::fprintf(stderr, "moe bench router: prefix_sharing_concurrency_ratio\n");
+  RETURN_IF_ERROR(SharingConcurrency(dir, o, report));
+  std::fprintf(stderr, "moe bench router: decode tok/s vs streams\n");
+  RETURN_IF_ERROR(DecodeThroughput(dir, o, report));
+  return report;
+}
+
+}  // namespace
+
+MOE_REGISTER_BENCH_SUITE("router",
+                         "scheduler + L1 KV: slot utilisation, warm/cold TTFT, prefix-sharing "
+                         "concurrency, decode tok/s vs streams",
+                         RunRouterSuite);
+
+}  // namespace moe::bench
