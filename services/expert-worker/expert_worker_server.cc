@@ -1,0 +1,93 @@
+#include "services/expert-worker/expert_worker_server.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc/status.h"
+
+namespace moe::expert_worker {
+namespace pb = ::moe::expert_worker::v1;
+
+namespace {
+
+template <typename Resp>
+void FillResident(const ResidentSet& r, Resp* response) {
+  for (const ExpertKey& k : r.experts) {
+    pb::ExpertKey* key = response->add_resident();
+    key->set_layer_idx(static_cast<int32_t>(k.layer));
+    key->set_expert_id(static_cast<int32_t>(k.expert));
+  }
+  response->set_resident_bytes(static_cast<uint64_t>(r.bytes));
+}
+
+std::vector<ExpertKey> KeysFromProto(
+    const google::protobuf::RepeatedPtrField<pb::ExpertKey>& keys) {
+  std::vector<ExpertKey> out;
+  for (const pb::ExpertKey& k : keys) out.push_back({k.layer_idx(), k.expert_id()});
+  return out;
+}
+
+}  // namespace
+
+::grpc::Status ExpertWorkerServer::RunExperts(::grpc::ServerContext* context,
+                                              const pb::RunExpertsRequest* request,
+                                              pb::RunExpertsResponse* response) {
+  const int64_t hidden = core_->config().hidden_size;
+  engine::ExpertCall call;
+  call.layer_idx = request->layer_idx();
+  call.hidden = hidden;
+  call.batches.reserve(static_cast<size_t>(request->batches_size()));
+  for (const pb::ExpertBatch& b : request->batches()) {
+    const auto& t = b.activations();
+    if (t.dtype() != moe::common::v1::DTYPE_F32) {
+      return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("expert ", b.expert_id(), ": activations must be f32"));
+    }
+    if (t.shape_size() != 2 || t.shape(0) < 1 || t.shape(1) != hidden ||
+        static_cast<int64_t>(t.data().size()) != t.shape(0) * hidden * 4) {
+      return ::grpc::Status(
+          ::grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("expert ", b.expert_id(), ": activations must be [num_tokens >= 1, ", hidden,
+                       "] f32 with matching data size"));
+    }
+    pb::ExpertOutput* out = response->add_outputs();
+    out->set_expert_id(b.expert_id());
+    auto* o = out->mutable_outputs();
+    o->set_dtype(moe::common::v1::DTYPE_F32);
+    o->add_shape(t.shape(0));
+    o->add_shape(hidden);
+    std::string* data = o->mutable_data();
+    data->resize(t.data().size());
+    call.batches.push_back({b.expert_id(), t.shape(0),
+                            reinterpret_cast<const float*>(t.data().data()),
+                            reinterpret_cast<float*>(data->data())});
+  }
+  absl::Duration compute;
+  if (absl::Status s = core_->Run(call, &compute); !s.ok()) {
+    response->Clear();
+    return common::rpc::ToGrpcStatus(s);
+  }
+  response->set_compute_us(static_cast<uint64_t>(absl::ToInt64Microseconds(compute)));
+  return ::grpc::Status::OK;
+}
+
+::grpc::Status ExpertWorkerServer::LoadExperts(::grpc::ServerContext* context,
+                                               const pb::LoadExpertsRequest* request,
+                                               pb::LoadExpertsResponse* response) {
+  if (request->experts_size() == 0) {
+    return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "LoadExperts: no experts");
+  }
+  auto r = core_->Load(KeysFromProto(request->experts()));
+  if (!r.ok()) return common::rpc::ToGrpcStatus(r.status());
+  FillResident(*r, response);
+  return ::grpc::Status::OK;
+}
+
+::grpc::Status ExpertWorkerServer::UnloadExperts(::grpc::ServerContext* context,
+                                                 const pb::UnloadExpertsRequest* request,
+                                                 pb::UnloadExpertsResponse* response) {
+  FillResident(core_->Unload(KeysFromProto(request->experts())), response);
+  return ::grpc::Status::OK;
+}
+
+}  // namespace moe::expert_worker

@@ -1,0 +1,142 @@
+#include "services/expert-worker/expert_worker_server.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
+#include "common/grpc/channel_factory.h"
+#include "common/grpc/server_runner.h"
+#include "common/model/make_model.h"
+#include "common/testing/free_port.h"
+#include "common/testing/status_matchers.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+
+namespace moe::expert_worker {
+namespace {
+
+namespace pb = ::moe::expert_worker::v1;
+
+class ExpertWorkerServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = common::testing::MakeTempDir("expert_worker_server_test");
+    model::MakeModelOptions make;
+    ASSERT_OK(model::MakeModel(make, dir_));
+    ExpertWorkerCoreOptions o;
+    o.model_dir = dir_;
+    o.experts = {"*:0-1"};
+    auto core = ExpertWorkerCore::Create(o, nullptr, &common::SystemClock::Get());
+    ASSERT_OK(core.status());
+    core_ = std::move(*core);
+    service_ = std::make_unique<ExpertWorkerServer>(core_.get());
+    common::rpc::ServerOptions so;
+    so.host = "127.0.0.1";
+    runner_ = std::make_unique<common::rpc::ServerRunner>(so);
+    runner_->AddService(service_.get());
+    ASSERT_OK(runner_->Start());
+    auto channel = common::rpc::CreateChannel(absl::StrCat("127.0.0.1:", runner_->port()));
+    ASSERT_OK(channel.status());
+    stub_ = pb::ExpertWorker::NewStub(*channel);
+  }
+
+  pb::RunExpertsRequest Request(int layer, const std::vector<int>& experts, int tokens) {
+    const int64_t hidden = core_->config().hidden_size;
+    pb::RunExpertsRequest req;
+    req.set_layer_idx(layer);
+    for (int e : experts) {
+      pb::ExpertBatch* b = req.add_batches();
+      b->set_expert_id(e);
+      b->mutable_activations()->set_dtype(moe::common::v1::DTYPE_F32);
+      b->mutable_activations()->add_shape(tokens);
+      b->mutable_activations()->add_shape(hidden);
+      std::vector<float> x(static_cast<size_t>(tokens * hidden));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>((i + e) % 23);
+      b->mutable_activations()->set_data(x.data(), x.size() * 4);
+    }
+    return req;
+  }
+
+  std::string dir_;
+  std::unique_ptr<ExpertWorkerCore> core_;
+  std::unique_ptr<ExpertWorkerServer> service_;
+  std::unique_ptr<common::rpc::ServerRunner> runner_;
+  std::unique_ptr<pb::ExpertWorker::Stub> stub_;
+};
+
+TEST_F(ExpertWorkerServerTest, RunExpertsMatchesTheCoreBitwise) {
+  ASSERT_OK(core_->WarmUp());
+  pb::RunExpertsRequest req = Request(1, {1, 0}, 3);
+  pb::RunExpertsResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->RunExperts(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.outputs_size(), 2);
+  const int64_t hidden = core_->config().hidden_size;
+  for (int i = 0; i < 2; ++i) {
+    const auto& in = req.batches(i).activations().data();
+    std::vector<float> want(in.size() / 4);
+    engine::ExpertCall call{
+        1,
+        hidden,
+        {{req.batches(i).expert_id(), 3, reinterpret_cast<const float*>(in.data()), want.data()}}};
+    ASSERT_OK(core_->Run(call));
+    EXPECT_EQ(resp.outputs(i).expert_id(), req.batches(i).expert_id());
+    EXPECT_EQ(resp.outputs(i).outputs().shape(0), 3);
+    ASSERT_EQ(resp.outputs(i).outputs().data().size(), in.size());
+    EXPECT_EQ(std::memcmp(resp.outputs(i).outputs().data().data(), want.data(), in.size()), 0);
+  }
+}
+
+TEST_F(ExpertWorkerServerTest, MapsErrorsToGrpcCodes) {
+  pb::RunExpertsResponse resp;
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->RunExperts(&ctx, Request(0, {0}, 1), &resp).error_code(),
+              grpc::StatusCode::UNAVAILABLE);  // not warmed up
+  }
+  ASSERT_OK(core_->WarmUp());
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->RunExperts(&ctx, Request(0, {5}, 1), &resp).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    pb::RunExpertsRequest bad = Request(0, {0}, 2);
+    bad.mutable_batches(0)->mutable_activations()->mutable_data()->resize(7);
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->RunExperts(&ctx, bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+}
+
+TEST_F(ExpertWorkerServerTest, LoadAndUnloadReportTheResidentSet) {
+  ASSERT_OK(core_->WarmUp());
+  pb::LoadExpertsRequest load;
+  auto* k = load.add_experts();
+  k->set_layer_idx(1);
+  k->set_expert_id(7);
+  pb::LoadExpertsResponse loaded;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->LoadExperts(&ctx, load, &loaded).ok());
+  }
+  EXPECT_EQ(loaded.resident_size(), 5);
+  pb::RunExpertsResponse resp;
+  {
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->RunExperts(&ctx, Request(1, {7}, 2), &resp).ok());
+  }
+  pb::UnloadExpertsRequest unload;
+  *unload.add_experts() = load.experts(0);
+  pb::UnloadExpertsResponse unloaded;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->UnloadExperts(&ctx, unload, &unloaded).ok());
+  }
+  EXPECT_EQ(unloaded.resident_size(), 4);
+  EXPECT_LT(unloaded.resident_bytes(), loaded.resident_bytes());
+}
+
+}  // namespace
+}  // namespace moe::expert_worker

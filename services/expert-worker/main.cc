@@ -1,0 +1,81 @@
+// `expert-worker`: flags -> ExpertWorkerOptions -> Validate -> map the configured experts ->
+// gRPC server (NOT_SERVING) -> warm-up -> SERVING + listening line -> wait for SIGTERM -> drain.
+//
+//   expert-worker --set core.model_dir=/models/small --set core.experts=*:0-3 --set grpc.port=0
+#include <cstdio>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "common/base/clock.h"
+#include "common/base/log.h"
+#include "common/config/loader.h"
+#include "common/grpc/listening.h"
+#include "common/grpc/server_runner.h"
+#include "common/grpc/signals.h"
+#include "common/metrics/metrics_server.h"
+#include "common/metrics/registry.h"
+#include "services/expert-worker/core/expert_worker_core.h"
+#include "services/expert-worker/expert_worker_server.h"
+
+namespace {
+
+using namespace moe;  // NOLINT: a main's wiring reads better without the prefixes.
+
+const common::config::FlagAlias kAliases[] = {
+    {"model", "core.model_dir"},
+    {"experts", "core.experts"},
+    {"port", "grpc.port"},
+    {"metrics_port", "metrics.port"},
+};
+
+absl::Status Run(int argc, char** argv) {
+  auto cl = common::config::ParseCommandLine(argc, argv, kAliases);
+  if (!cl.ok()) return cl.status();
+  if (cl->help) {
+    std::fputs(common::config::DescribeKeys<expert_worker::ExpertWorkerOptions>().c_str(), stdout);
+    return absl::OkStatus();
+  }
+  auto options = common::config::LoadOptions<expert_worker::ExpertWorkerOptions>(*cl);
+  if (!options.ok()) return options.status();
+  if (cl->print_config) {
+    std::fputs(common::config::DumpYaml(*options).c_str(), stdout);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = options->Validate(); !s.ok()) return s;
+  common::SetLogLevel(options->log_level);
+
+  common::metrics::Registry registry;
+  common::SystemClock& clock = common::SystemClock::Get();
+  auto core = expert_worker::ExpertWorkerCore::Create(options->core, &registry, &clock);
+  if (!core.ok()) return core.status();
+  expert_worker::ExpertWorkerServer service(core->get());
+  common::rpc::ServerRunner runner(options->grpc);
+  runner.AddService(&service, moe::expert_worker::v1::ExpertWorker::service_full_name());
+  if (absl::Status s = runner.Start(); !s.ok()) return s;
+  auto metrics_server = common::metrics::MetricsServer::Start(options->metrics, registry);
+  if (!metrics_server.ok()) return metrics_server.status();
+  // Ready only after every resident expert ran once (weights faulted in, scratch sized).
+  if (absl::Status s = (*core)->WarmUp(); !s.ok()) return s;
+  runner.SetServing(true);
+  common::rpc::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
+  MOE_LOG_INFO("expert-worker: {} experts resident, gRPC port {}, metrics port {}",
+               (*core)->resident().experts.size(), runner.port(), (*metrics_server)->port());
+
+  const int signo = common::rpc::WaitForTerminationSignal();
+  MOE_LOG_INFO("expert-worker: signal {}, draining", signo);
+  runner.Shutdown(clock.Now() + options->grpc.drain_timeout);
+  (*metrics_server)->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  moe::common::rpc::BlockTerminationSignals();
+  const absl::Status status = Run(argc, argv);
+  if (!status.ok()) {
+    MOE_LOG_ERROR("expert-worker: {}", status.ToString());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
