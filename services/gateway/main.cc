@@ -4,6 +4,8 @@
 //
 //   gateway --model DIR --router 127.0.0.1:50051 --port 0
 //   gateway --config gateway.yaml --set limits.max_in_flight=256
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -107,6 +109,12 @@ absl::Status Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   moe::common::rpc::BlockTerminationSignals();
+  // One descriptor per client connection: lift the soft limit (often 1024) to the hard one.
+  rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   absl::Status status = Run(argc, argv);
   if (!status.ok()) {
     std::fprintf(stderr, "gateway: %s\n", std::string(status.message()).c_str());

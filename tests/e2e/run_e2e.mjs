@@ -10,6 +10,7 @@ if (!existsSync(path.join(here, '..', 'js', 'node_modules', 'openai'))) {
   console.log('SKIP: tests/js/node_modules/openai is missing (run scripts/setup)');
   process.exit(77);
 }
-const r = spawnSync(process.execPath, ['--test', path.join(here, 'openai_sdk.test.mjs')],
+const r = spawnSync(process.execPath,
+  ['--test', path.join(here, 'openai_sdk.test.mjs'), path.join(here, 'moe_up.test.mjs')],
   { stdio: 'inherit' });
 process.exit(r.status ?? 1);

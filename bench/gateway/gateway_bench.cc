@@ -1,0 +1,368 @@
+// `moe bench gateway`: the gateway's own costs, on loopback, with the tiny preset.
+//   - 1000 concurrent streaming requests held open through a gateway backed by a real router
+//     (and through one backed by the paced fake, which keeps every stream open for about a
+//     second): errors, peak concurrently open streams, peak RSS of the gateway process.
+//   - gateway-added latency per streamed token: the same greedy request, alternately straight to
+//     the router over gRPC and through the gateway over HTTP/SSE; for each token index, arrival
+//     through the gateway minus arrival direct (p50/p99; figure gateway_token_overhead_ms_p99).
+//   - max sustained requests/s: closed loop of keep-alive clients on a gateway with the fake
+//     backend (no model cost), non-stream completions of 8 tokens.
+// Processes are the real binaries beside `moe` (router, gateway), started with port 0.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bench/common/suite.h"
+#include "bench/gateway/sse_load.h"
+#include "common/base/status_macros.h"
+#include "common/model/make_model.h"
+#include "grpcpp/grpcpp.h"
+#include "moe/router/v1/router.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "services/gateway/testing/http_test_client.h"
+
+namespace moe::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  pid_t pid = -1;
+  nlohmann::json listening;
+  ~Child() { Stop(); }
+  void Stop() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGTERM);
+    for (int i = 0; i < 300 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (::waitpid(pid, nullptr, WNOHANG) == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    pid = -1;
+  }
+  // Peak resident set (VmHWM) in bytes.
+  int64_t PeakRss() const {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+    }
+    return 0;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Child>> Spawn(const std::string& binary,
+                                             std::vector<std::string> args) {
+  int fds[2];
+  if (::pipe(fds) != 0) return absl::InternalError("pipe");
+  args.insert(args.begin(), binary);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  auto child = std::make_unique<Child>();
+  child->pid = pid;
+  FILE* out = ::fdopen(fds[0], "r");
+  char line[4096];
+  while (std::fgets(line, sizeof(line), out) != nullptr) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.value("event", "") == "listening") {
+      child->listening = j;
+      break;
+    }
+  }
+  // Keep draining stdout so the child never blocks on it.
+  std::thread([out] {
+    char buf[4096];
+    while (std::fgets(buf, sizeof(buf), out) != nullptr) {
+    }
+    std::fclose(out);
+  }).detach();
+  if (child->listening.is_null()) return absl::InternalError(binary + " did not start");
+  return child;
+}
+
+bool WaitReady(int port, double timeout_s) {
+  const Clock::time_point start = Clock::now();
+  while (std::chrono::duration<double>(Clock::now() - start).count() < timeout_s) {
+    auto r = gateway::testing::HttpCall(port, "GET", "/readyz");
+    if (r && r->status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+void RaiseFdLimit() {
+  rlimit r;
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : exe.parent_path().string();
+}
+
+// Arrival time of each token of one direct gRPC Generate, seconds after the call started.
+std::vector<double> DirectTokens(moe::router::v1::Router::Stub& stub,
+                                 const std::vector<int32_t>& prompt, int max_tokens) {
+  moe::router::v1::GenerateRequest req;
+  req.set_request_id(absl::StrCat("bench-", Clock::now().time_since_epoch().count()));
+  req.mutable_prompt_token_ids()->Assign(prompt.begin(), prompt.end());
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  req.set_logprobs(true);
+  grpc::ClientContext ctx;
+  const Clock::time_point start = Clock::now();
+  auto reader = stub.Generate(&ctx, req);
+  moe::router::v1::GenerateResponse resp;
+  std::vector<double> times;
+  while (reader->Read(&resp)) {
+    const double t = std::chrono::duration<double>(Clock::now() - start).count();
+    for (int i = 0; i < resp.token_ids_size(); ++i) times.push_back(t);
+  }
+  reader->Finish();
+  return times;
+}
+
+std::string CompletionBody(const std::string& model, const std::vector<int32_t>& prompt,
+                           int max_tokens, bool stream) {
+  nlohmann::json body = {{"model", model},   {"prompt", prompt},   {"max_tokens", max_tokens},
+                         {"temperature", 0}, {"ignore_eos", true}, {"stream", stream}};
+  if (stream) body["logprobs"] = 0;
+  return body.dump();
+}
+
+absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
+  RaiseFdLimit();
+  BenchReport report("gateway");
+  const std::string bin = SelfDir();
+  const std::string router_bin = bin + "/router", gateway_bin = bin + "/gateway";
+  if (!fs::exists(router_bin) || !fs::exists(gateway_bin)) {
+    return absl::FailedPreconditionError("router and gateway binaries must be built beside moe");
+  }
+  // The tiny preset (the gateway's costs do not depend on the model) unless a model is given.
+  std::string model_dir = options.model_dir;
+  if (model_dir.empty()) {
+    std::string cache = options.cache_dir;
+    if (cache.empty()) {
+      const char* env = std::getenv("MOE_BENCH_CACHE");
+      cache = env != nullptr ? env : "/tmp/moe-bench-cache";
+    }
+    model_dir = (fs::path(cache) / "gateway-tiny" / "tiny").string();
+    if (!fs::exists(fs::path(model_dir) / "config.json")) {
+      model::MakeModelOptions make;
+      make.preset = model::Preset::kTiny;
+      if (absl::Status s = model::MakeModel(make, model_dir); !s.ok()) return s;
+    }
+  }
+  const std::string model = fs::path(model_dir).filename().string();
+  const int streams = options.quick ? 200 : 1000;
+  const int pairs = options.quick ? 5 : 20;
+  const double rps_seconds = options.quick ? 1.0 : 3.0;
+
+  std::fprintf(stderr, "bench gateway: starting router and gateways\n");
+  ASSIGN_OR_RETURN(
+      auto router,
+      Spawn(router_bin, {"--set", "core.model_dir=" + model_dir, "--set", "grpc.host=127.0.0.1",
+                         "--set", "grpc.port=0", "--set", "metrics.host=127.0.0.1", "--set",
+                         "metrics.port=0", "--set", "core.scheduler.max_waiting=8192", "--set",
+                         absl::StrCat("core.num_threads=", options.threads)}));
+  const std::string router_addr = absl::StrCat("127.0.0.1:", router->listening["grpc"].get<int>());
+  const std::vector<std::string> limits = {
+      "--set", "http.host=127.0.0.1",       "--set", "http.port=0",
+      "--set", "limits.max_in_flight=4096", "--set", "http.max_connections=8192",
+      "--set", "http.io_threads=2"};
+  auto gateway_args = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--set", "model_dir=" + model_dir};
+    a.insert(a.end(), limits.begin(), limits.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSIGN_OR_RETURN(auto gw,
+                   Spawn(gateway_bin, gateway_args({"--set", "routing.routers=" + router_addr})));
+  ASSIGN_OR_RETURN(auto fake_gw,
+                   Spawn(gateway_bin, gateway_args({"--set", "backend=fake", "--set",
+                                                    "fake_token_interval_us=20000"})));
+  ASSIGN_OR_RETURN(auto fast_gw, Spawn(gateway_bin, gateway_args({"--set", "backend=fake"})));
+  const int gw_port = gw->listening["http"].get<int>();
+  const int fake_port = fake_gw->listening["http"].get<int>();
+  const int fast_port = fast_gw->listening["http"].get<int>();
+  if (!WaitReady(gw_port, 120) || !WaitReady(fake_port, 30) || !WaitReady(fast_port, 30)) {
+    return absl::DeadlineExceededError("the gateways did not become ready");
+  }
+
+  // 1. Gateway-added latency per token (sequential, no contention).
+  std::fprintf(stderr, "bench gateway: per-token overhead (%d request pairs)\n", pairs);
+  auto channel = grpc::CreateChannel(router_addr, grpc::InsecureChannelCredentials());
+  auto stub = moe::router::v1::Router::NewStub(channel);
+  std::vector<double> overhead_ms;
+  const int overhead_tokens = 32;
+  for (int p = 0; p < pairs + 1; ++p) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 24; ++i) prompt.push_back(3 + (p * 31 + i * 7) % 200);
+    std::vector<double> direct = DirectTokens(*stub, prompt, overhead_tokens);
+    LoadResult via = RunStreams(gw_port, "/v1/completions",
+                                {CompletionBody(model, prompt, overhead_tokens, true)}, 60);
+    if (p == 0) continue;  // warm-up
+    const std::vector<double>& g = via.streams[0].token_s;
+    for (size_t i = 0; i < std::min(direct.size(), g.size()); ++i) {
+      overhead_ms.push_back((g[i] - direct[i]) * 1e3);
+    }
+  }
+
+  // 2. Concurrent streams held open: through the router, and through the paced fake.
+  auto hold = [&](int port, int max_tokens, const char* what) -> LoadResult {
+    std::fprintf(stderr, "bench gateway: %d concurrent streams (%s)\n", streams, what);
+    std::vector<std::string> bodies;
+    for (int i = 0; i < streams; ++i) {
+      std::vector<int32_t> prompt;
+      for (int k = 0; k < 16; ++k) prompt.push_back(3 + (i * 13 + k * 5) % 250);
+      bodies.push_back(CompletionBody(model, prompt, max_tokens, true));
+    }
+    return RunStreams(port, "/v1/completions", bodies, 300);
+  };
+  auto count_errors = [](const LoadResult& r, std::string* first) {
+    int errors = 0;
+    for (const StreamStats& s : r.streams) {
+      if (s.error || !s.done) {
+        if (errors++ == 0) *first = s.error_text;
+      }
+    }
+    return errors;
+  };
+  LoadResult routed = hold(gw_port, 32, "router backend");
+  LoadResult paced = hold(fake_port, 50, "fake backend, 20 ms/token");
+  std::string first_routed_error, first_paced_error;
+  const int routed_errors = count_errors(routed, &first_routed_error);
+  const int paced_errors = count_errors(paced, &first_paced_error);
+
+  // 3. Max sustained requests/s (closed loop, keep-alive, fake backend without pacing).
+  std::fprintf(stderr, "bench gateway: requests/s for %.0f s\n", rps_seconds);
+  const int clients = 16;
+  std::atomic<int64_t> done{0}, failed{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  const std::string small = CompletionBody(model, {5, 6, 7, 8}, 8, false);
+  const Clock::time_point rps_start = Clock::now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      gateway::testing::HttpTestClient client(fast_port);
+      while (!stop.load()) {
+        auto r = client.Request("POST", "/v1/completions", small);
+        if (r && r->status == 200) {
+          done.fetch_add(1);
+        } else {
+          failed.fetch_add(1);
+          break;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(rps_seconds));
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  const double rps = done.load() / std::chrono::duration<double>(Clock::now() - rps_start).count();
+
+  const int64_t rss_routed = gw->PeakRss();
+  const int64_t rss_paced = fake_gw->PeakRss();
+  gw->Stop();
+  fake_gw->Stop();
+  fast_gw->Stop();
+  router->Stop();
+
+  report.Add({"gateway_token_overhead_ms_p99",
+              Percentile(overhead_ms, 0.99),
+              "ms",
+              {{"p50_ms", Percentile(overhead_ms, 0.5)},
+               {"tokens", overhead_ms.size()},
+               {"request_pairs", pairs},
+               {"method",
+                "per token index: arrival via gateway SSE minus arrival via direct "
+                "router gRPC, same greedy request, sequential"}},
+              std::nullopt});
+  report.Add({"gateway_token_overhead_ms_p50",
+              Percentile(overhead_ms, 0.5),
+              "ms",
+              {{"tokens", overhead_ms.size()}},
+              std::nullopt});
+  auto held = [&](const char* name, const LoadResult& r, int errors, const std::string& first,
+                  const char* backend, int max_tokens) {
+    report.Add({name,
+                static_cast<double>(r.streams.size() - errors),
+                "streams",
+                {{"requested", r.streams.size()},
+                 {"errors", errors},
+                 {"first_error", first},
+                 {"peak_open", r.peak_open},
+                 {"wall_s", r.wall_s},
+                 {"backend", backend},
+                 {"max_tokens", max_tokens}},
+                std::nullopt});
+  };
+  held("gateway_concurrent_streams_ok", routed, routed_errors, first_routed_error, "router (tiny)",
+       32);
+  held("gateway_concurrent_streams_ok_paced", paced, paced_errors, first_paced_error,
+       "fake, 20 ms/token", 50);
+  report.Add({"peak_rss_bytes",
+              static_cast<double>(rss_routed),
+              "bytes",
+              {{"process", "gateway (router backend)"},
+               {"streams", streams},
+               {"paced_fake_gateway_bytes", rss_paced}},
+              std::nullopt});
+  report.Add({"gateway_requests_per_s",
+              rps,
+              "req/s",
+              {{"clients", clients},
+               {"failed", failed.load()},
+               {"backend", "fake (no model cost)"},
+               {"max_tokens", 8},
+               {"seconds", rps_seconds}},
+              std::nullopt});
+  return report;
+}
+
+}  // namespace
+
+MOE_REGISTER_BENCH_SUITE("gateway",
+                         "gateway: 1000 held streams + RSS, per-token overhead, requests/s",
+                         RunGatewayBench);
+
+}  // namespace moe::bench
