@@ -147,6 +147,21 @@ class TensorGenerator {
         case TensorRole::kOBias:
           if (col == skew_channel_) out[i] = 0.0f;
           break;
+        // Only the router reads the channel: a constant input to attention or the FFNs would
+        // give every token a shared component in later layers and bias their routers.
+        case TensorRole::kQProj:
+        case TensorRole::kKProj:
+        case TensorRole::kVProj:
+        case TensorRole::kExpertGate:
+        case TensorRole::kExpertUp:
+        case TensorRole::kSharedGate:
+        case TensorRole::kSharedUp:
+        case TensorRole::kSharedExpertGate:
+        case TensorRole::kDenseGate:
+        case TensorRole::kDenseUp:
+        case TensorRole::kLmHead:
+          if (col == skew_channel_) out[i] = 0.0f;
+          break;
         case TensorRole::kRouter:
           if (col == skew_channel_) out[i] = static_cast<float>(router_skew_[row]);
           break;

@@ -11,11 +11,13 @@
 //    logits clearly;
 //  - greedy decoding has clear top-1 margins: lm_head makes logits spread with std about 6;
 //  - every layer's attention and FFN outputs are about as large as the residual stream.
-// gate_skew (Zipf exponent S > 0) reserves the last hidden channel as a constant: embeddings hold
-// kSkewChannelValue there and no layer writes it (zero rows in o_proj / down projections), so
-// after post_attention_layernorm it is a near-constant input to the router, whose column for it
-// adds about -S*ln(rank) to each expert's logit (rank = a seeded per-layer permutation of the
-// experts). Expert load then falls with rank roughly as Zipf(S).
+// gate_skew (Zipf exponent S > 0) reserves the last hidden channel as a constant that only the
+// routers read: embeddings hold kSkewChannelValue there, no layer writes it (zero rows in o_proj
+// and the down projections) and no projection but the routers reads it (zero columns in q/k/v,
+// the FFN gate/up projections and lm_head). After post_attention_layernorm it is a near-constant
+// router input, and the router column for it adds about -S*ln(rank) to each expert's logit
+// (rank = a seeded per-layer permutation of the experts, GateSkewRanks). Expert load then falls
+// with rank close to Zipf(S) (measured in reference_forward_test.cc).
 #pragma once
 
 #include <cstdint>

@@ -237,6 +237,11 @@ TEST_F(MakeModelTest, GateSkewReservesAConstantChannel) {
   for (int64_t t = 0; t < 512; t += 37) EXPECT_EQ(at(w.embed_tokens, t, j), kSkewChannelValue);
   for (int64_t c = 0; c < h; ++c) EXPECT_EQ(at(w.layers[1].o_proj, j, c), 0.0f);
   for (int64_t c = 0; c < 128; ++c) EXPECT_EQ(at(w.layers[0].experts[4].down, j, c), 0.0f);
+  // Nothing but the routers reads the channel.
+  for (int64_t r = 0; r < 64; ++r) EXPECT_EQ(at(w.layers[0].q_proj, r, j), 0.0f);
+  for (int64_t r = 0; r < 32; ++r) EXPECT_EQ(at(w.layers[1].v_proj, r, j), 0.0f);
+  for (int64_t r = 0; r < 128; ++r) EXPECT_EQ(at(w.layers[1].experts[2].gate, r, j), 0.0f);
+  for (int64_t r = 0; r < 512; ++r) EXPECT_EQ(at(w.lm_head, r, j), 0.0f);
   // Router column j is -S ln(rank) / xhat: decreasing with rank, 0 for rank 1.
   std::vector<int64_t> rank = GateSkewRanks(o, 0);
   for (int64_t e = 0; e < 8; ++e) {
