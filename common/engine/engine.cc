@@ -259,6 +259,8 @@ absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
     }
   }
 
+  row_failed_.assign(static_cast<size_t>(t), 0);
+  failure_.clear();
   out->expert_tokens.assign(
       static_cast<size_t>(config_.num_hidden_layers * std::max<int64_t>(config_.num_experts, 0)),
       0);
@@ -278,6 +280,20 @@ absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
     for (int64_t i = 0; i < t * hidden; ++i) x_[i] += proj_[i];
   }
   ComputeLogits(items, t, out);
+  out->item_status.assign(items.size(), absl::OkStatus());
+  if (!failure_.empty()) {
+    int64_t first = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const int64_t n = static_cast<int64_t>(items[i].token_ids.size());
+      for (int64_t r = first; r < first + n; ++r) {
+        if (row_failed_[r]) {
+          out->item_status[i] = absl::UnavailableError(failure_);
+          break;
+        }
+      }
+      first += n;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -364,7 +380,22 @@ absl::Status Engine::MoeBlock(int64_t layer_idx, int64_t t, StepOutput* out) {
     RunSwiGlu(h_.data(), t, w.shared_expert, &ffn_scratch_, proj_.data(), pool_.get());
     kernels::MatMul(h_.data(), t, w.shared_expert_gate, shared_gate_.data(), pool_.get());
   }
-  if (absl::Status s = experts_->Await(*handle); !s.ok()) return s;
+  unavailable_.clear();
+  if (absl::Status s = experts_->AwaitPartial(*handle, &unavailable_); !s.ok()) return s;
+  if (!unavailable_.empty()) {
+    // Tokens that needed an unavailable expert fail (their sequences end with the error); the
+    // other rows never read them, so the rest of the batch stays exact.
+    if (failure_.empty()) {
+      failure_ = absl::StrCat("no live replica of expert ", unavailable_.front(), " of layer ",
+                              layer_idx);
+    }
+    for (int64_t i = 0; i < t * k; ++i) {
+      if (std::find(unavailable_.begin(), unavailable_.end(), topk_ids_[i]) !=
+          unavailable_.end()) {
+        row_failed_[i / k] = 1;
+      }
+    }
+  }
 
   // Combine in each token's top-k order, then add the gated shared expert: a fixed order per row.
   for (int64_t i = 0; i < t; ++i) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,6 +67,10 @@ struct StepOutput {
   // Tokens routed to each expert this step, [num_layers * num_experts] (layer-major); the router's
   // load statistics read it. Dense layers count nothing.
   std::vector<int64_t> expert_tokens;
+  // Per item: OK, or UNAVAILABLE when a token of the item was routed to an expert that had no
+  // live replica (ExpertExecutor::AwaitPartial). Such an item's logits and the K/V it wrote this
+  // step are garbage; every other item is exact. The caller ends the failed items' sequences.
+  std::vector<absl::Status> item_status;
 
   int64_t num_rows(size_t item) const { return row_begin[item + 1] - row_begin[item]; }
   // REQUIRES: row < num_rows(item).
@@ -137,6 +142,9 @@ class Engine {
   std::vector<float> packed_in_;      // [T*k, hidden] rows grouped by expert
   std::vector<float> packed_out_;     // [T*k, hidden]
   std::vector<float> shared_gate_;    // [T]
+  std::vector<uint8_t> row_failed_;   // [T] a token routed to an unavailable expert this step
+  std::vector<int32_t> unavailable_;  // expert ids the executor could not run (one layer)
+  std::string failure_;               // what the first unavailable expert was, for item_status
   std::vector<float> logit_rows_;     // [rows, hidden] normed final hidden states of wanted rows
   ExpertCall call_;
   FfnScratch ffn_scratch_;

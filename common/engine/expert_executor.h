@@ -48,6 +48,15 @@ class ExpertExecutor {
   // exactly once. Errors: NotFound (unknown handle), Unavailable (no live replica), or the error
   // the call hit; then the outputs are unspecified.
   virtual absl::Status Await(ExpertCallHandle handle) = 0;
+
+  // Like Await, but an expert with no live replica does not fail the call: its id is appended
+  // to `unavailable_experts` and its batch's outputs are zero-filled, while every other batch
+  // completes. Returns a non-OK status only for errors that fail the whole call. The default
+  // (executors without replicas) is Await.
+  virtual absl::Status AwaitPartial(ExpertCallHandle handle,
+                                    std::vector<int32_t>* unavailable_experts) {
+    return Await(handle);
+  }
 };
 
 }  // namespace moe::engine

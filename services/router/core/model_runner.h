@@ -39,6 +39,11 @@ class ModelRunner {
   // Errors: whatever the engine returns (the scheduler fails the step's requests with it).
   virtual absl::Status Step(std::span<const StepChunk> chunks, std::vector<float>* logits) = 0;
 
+  // After a successful Step(): OK, or why chunk `chunk` could not be computed (UNAVAILABLE: no
+  // live replica of an expert one of its tokens needed). Its logits row (if any) is garbage and
+  // the scheduler ends its sequence with this error; the other chunks are exact.
+  virtual absl::Status ChunkStatus(size_t chunk) const { return absl::OkStatus(); }
+
   // Copies the KV of block `src_block` into `dst_block` (every layer): copy-on-write.
   virtual absl::Status CopyBlock(int32_t src_block, int32_t dst_block) = 0;
 };

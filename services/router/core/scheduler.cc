@@ -470,6 +470,12 @@ int64_t Scheduler::Step() {
     size_t row = 0;
     for (size_t i = 0; i < chunks_.size(); ++i) {
       Sequence& seq = *chunk_seqs_[i];
+      if (absl::Status failed = runner_->ChunkStatus(i); !failed.ok()) {
+        // Only this sequence hit an unavailable expert: end it, the others go on.
+        if (chunks_[i].want_logits) ++row;
+        Finish(seq, FinishReason::kError, std::move(failed));
+        continue;
+      }
       seq.num_computed += static_cast<int64_t>(chunks_[i].token_ids.size());
       absl::Status marked = block_manager_->MarkComputed(seq.id, seq.num_computed);
       if (!marked.ok()) {
