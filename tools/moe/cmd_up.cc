@@ -9,6 +9,7 @@
 //   model_dir: /path/to/checkpoint
 //   gateway: {port: 8000, args: ["--set", "limits.max_in_flight=64"]}
 //   router: {replicas: 2, args: ["--set", "core.num_threads=2"]}
+//   expert_worker: {replicas: 2}   # default 0: experts run inside the routers
 //
 // Progress goes to stderr; stdout gets the URL and the curl example.
 #include <arpa/inet.h>
@@ -20,11 +21,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,6 +77,7 @@ struct UpOptions {
   std::string host = "127.0.0.1";
   absl::Duration ready_timeout = absl::Seconds(180);
   absl::Duration stop_timeout = absl::Seconds(30);
+  ServiceOptions expert_worker{.replicas = 0, .args = {}, .port = 0};  // 0: experts in-process
   ServiceOptions router;
   ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};
 
@@ -85,6 +89,7 @@ struct UpOptions {
         .Min(absl::Seconds(1));
     s.Add("stop_timeout", &UpOptions::stop_timeout, "grace per service on stop")
         .Min(absl::ZeroDuration());
+    s.Section("expert_worker", &UpOptions::expert_worker);
     s.Section("router", &UpOptions::router);
     s.Section("gateway", &UpOptions::gateway);
   }
@@ -108,6 +113,7 @@ struct Cluster {
   UpOptions options;
   std::string model_dir;
   std::string bin_dir;
+  int num_experts = 0;  // routed experts per MoE layer (config.json)
   std::vector<std::unique_ptr<Process>> processes;
 
   std::vector<std::string> Addresses(const std::string& service, const char* port_key) const {
@@ -172,17 +178,36 @@ absl::StatusOr<bool> HttpReady(const Cluster& c, const Process& p) {
 // and one section in UpOptions.
 std::vector<ServiceSpec> Services(const Cluster& c) {
   std::vector<ServiceSpec> specs;
-  specs.push_back(ServiceSpec{"router", "router", &c.options.router,
-                              [](const Cluster& c, int i) {
-                                return std::vector<std::string>{
-                                    "--set", "core.model_dir=" + c.model_dir,
-                                    "--set", "grpc.host=" + c.options.host,
-                                    "--set", "grpc.port=0",
-                                    "--set", "metrics.host=" + c.options.host,
-                                    "--set", "metrics.port=0",
-                                    "--set", absl::StrCat("router_id=router-", i)};
-                              },
-                              GrpcServing});
+  specs.push_back(
+      ServiceSpec{"expert_worker", "expert-worker", &c.options.expert_worker,
+                  [](const Cluster& c, int) {
+                    // Every worker holds every expert; routers spread calls over the replicas.
+                    return std::vector<std::string>{
+                        "--set", "core.model_dir=" + c.model_dir,
+                        "--set", absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)),
+                        "--set", "grpc.host=" + c.options.host,
+                        "--set", "grpc.port=0",
+                        "--set", "metrics.host=" + c.options.host,
+                        "--set", "metrics.port=0"};
+                  },
+                  GrpcServing});
+  specs.push_back(ServiceSpec{
+      "router", "router", &c.options.router,
+      [](const Cluster& c, int i) {
+        std::vector<std::string> flags = {"--set", "core.model_dir=" + c.model_dir,
+                                          "--set", "grpc.host=" + c.options.host,
+                                          "--set", "grpc.port=0",
+                                          "--set", "metrics.host=" + c.options.host,
+                                          "--set", "metrics.port=0",
+                                          "--set", absl::StrCat("router_id=router-", i)};
+        const std::vector<std::string> workers = c.Addresses("expert_worker", "grpc");
+        if (!workers.empty()) {
+          flags.push_back("--set");
+          flags.push_back("experts.workers=" + absl::StrJoin(workers, ","));
+        }
+        return flags;
+      },
+      GrpcServing});
   specs.push_back(ServiceSpec{
       "gateway", "gateway", &c.options.gateway,
       [](const Cluster& c, int) {
@@ -406,6 +431,13 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
   if (absl::Status s = EnsureModel(*options, c.model_dir); !s.ok()) {
     std::fprintf(stderr, "moe up: model: %s\n", std::string(s.message()).c_str());
     return 1;
+  }
+  {
+    std::ifstream in(fs::path(c.model_dir) / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+    if (!config.is_discarded() && config.is_object()) {
+      c.num_experts = config.value("num_local_experts", config.value("num_experts", 0));
+    }
   }
   const absl::Time start = absl::Now();
   absl::Status failure = absl::OkStatus();
