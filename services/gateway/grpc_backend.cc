@@ -1,6 +1,7 @@
 #include "services/gateway/grpc_backend.h"
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -27,6 +28,9 @@ struct RouterConn {
   std::atomic<double> kv_usage{0};
   std::atomic<int64_t> in_flight{0};
 };
+
+// Reactors not yet finished with OnDone, across the process: ~Backend waits for them.
+std::atomic<int64_t> g_live_reactors{0};
 
 pb::GenerateRequest ToProto(const GenerateRequest& r, const std::string& model) {
   pb::GenerateRequest p;
@@ -132,6 +136,7 @@ class Reactor final : public grpc::ClientReadReactor<pb::GenerateResponse> {
   grpc::ClientContext* context() { return &context_; }
 
   void Start(const pb::GenerateRequest& request) {
+    g_live_reactors.fetch_add(1);
     router_->in_flight.fetch_add(1);
     router_->stub->async()->Generate(&context_, &request, this);
     StartRead(&response_);
@@ -157,6 +162,7 @@ class Reactor final : public grpc::ClientReadReactor<pb::GenerateResponse> {
     const bool got = got_message_, finished = finished_;
     delete this;
     state->OnAttemptDone(status, got, finished);
+    g_live_reactors.fetch_sub(1);
   }
 
  private:
@@ -197,6 +203,10 @@ class Backend final : public GrpcBackend {
       stop_ = true;
     }
     if (poller_.joinable()) poller_.join();
+    // Calls still unwinding on gRPC threads use the stubs: let them finish first.
+    for (int i = 0; i < 5000 && g_live_reactors.load() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   absl::Status Init() {

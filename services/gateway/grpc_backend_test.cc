@@ -125,6 +125,13 @@ class Collector final : public GenerateObserver {
   bool done_ = false;
 };
 
+// One gRPC library lifetime for the whole binary: tests create and destroy channels and servers
+// back to back, and gRPC's asynchronous shutdown must not overlap the next test's start.
+[[maybe_unused]] const bool kGrpcInitialized = [] {
+  grpc_init();
+  return true;
+}();
+
 RoutingOptions Routing(std::vector<std::string> routers) {
   RoutingOptions o;
   o.routers = std::move(routers);
