@@ -19,6 +19,7 @@
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/registry.h"
 #include "services/router/core/router_core.h"
+#include "services/router/remote_expert_executor.h"
 #include "services/router/router_server.h"
 
 namespace {
@@ -56,7 +57,18 @@ absl::Status Run(int argc, char** argv) {
   common::metrics::Registry registry;
   common::SystemClock& clock = common::SystemClock::Get();
   MOE_LOG_INFO("router: loading {}", options->core.model_dir);
-  auto core = router::RouterCore::Create(options->core, &registry, &clock);
+  std::unique_ptr<router::RemoteExpertExecutor> experts;
+  if (!options->experts.workers.empty()) {
+    auto config = model::LoadModelConfig(options->core.model_dir);
+    if (!config.ok()) return config.status();
+    auto remote =
+        router::RemoteExpertExecutor::Create(options->experts, *config, &registry, &clock);
+    if (!remote.ok()) return remote.status();
+    experts = std::move(*remote);
+    MOE_LOG_INFO("router: experts on {} workers: {}", options->experts.workers.size(),
+                 experts->placement()->DebugString());
+  }
+  auto core = router::RouterCore::Create(options->core, &registry, &clock, experts.get());
   if (!core.ok()) return core.status();
   const model::ModelConfig& config = (*core)->config();
 
@@ -68,6 +80,7 @@ absl::Status Run(int argc, char** argv) {
       .num_layers = config.num_hidden_layers,
       .num_experts = config.num_experts};
   router::RouterServer service(&(*core)->scheduler(), info, &clock);
+  service.set_remote_experts(experts.get());
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::router::v1::Router::service_full_name());
   if (absl::Status s = runner.Start(); !s.ok()) return s;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc/status.h"
+#include "services/router/placement_proto.h"
 
 namespace moe::router {
 namespace {
@@ -181,20 +182,41 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   response->set_kv_usage_ratio(
       stats.kv.num_blocks_total > 0 ? static_cast<float>(used) / stats.kv.num_blocks_total : 0.0f);
   response->set_placement_version(0);
-  // TODO(router): expert-load window (the experts issue adds the load tracker); zeros until then.
   pb::ExpertLoadWindow* load = response->mutable_expert_load();
   load->set_window_ms(0);
   load->set_num_layers(static_cast<int32_t>(info_.num_layers));
   load->set_num_experts(static_cast<int32_t>(info_.num_experts));
-  load->mutable_tokens()->Resize(static_cast<int>(info_.num_layers * info_.num_experts), 0);
+  if (experts_ == nullptr) {  // in-process experts: no placement, no load window
+    load->mutable_tokens()->Resize(static_cast<int>(info_.num_layers * info_.num_experts), 0);
+    return ::grpc::Status::OK;
+  }
+  const auto table = experts_->placement();
+  response->set_placement_version(table->version);
+  PlacementToProto(*table, response->mutable_placement());
+  const absl::Duration span = request->load_window_ms() > 0
+                                  ? absl::Milliseconds(request->load_window_ms())
+                                  : absl::Minutes(5);
+  const LoadWindow window = experts_->load_tracker().Window(span);
+  load->set_window_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(window.span)));
+  for (uint64_t t : window.expert_tokens) load->add_tokens(t);
   return ::grpc::Status::OK;
 }
 
 ::grpc::Status RouterServer::SetPlacement(::grpc::ServerContext* context,
                                           const pb::SetPlacementRequest* request,
                                           pb::SetPlacementResponse* response) {
-  return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED,
-                        "SetPlacement: experts run in-process in this router (experts issue)");
+  if (experts_ == nullptr) {
+    return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED,
+                          "SetPlacement: this router runs its experts in-process");
+  }
+  auto table = PlacementFromProto(request->placement());
+  if (!table.ok()) return common::rpc::ToGrpcStatus(table.status());
+  const uint64_t version = table->version;
+  auto previous = experts_->SetPlacement(*std::move(table));
+  if (!previous.ok()) return common::rpc::ToGrpcStatus(previous.status());
+  response->set_active_version(version);
+  response->set_previous_version(*previous);
+  return ::grpc::Status::OK;
 }
 
 }  // namespace moe::router

@@ -23,12 +23,15 @@
 #include "moe/router/v1/router.grpc.pb.h"
 #include "services/router/core/router_core.h"
 #include "services/router/core/scheduler.h"
+#include "services/router/remote_expert_executor.h"
 
 namespace moe::router {
 
 // Everything main.cc reads from --config / --set.
 struct RouterOptions {
   RouterCoreOptions core;
+  // Remote expert workers (empty `experts.workers` = experts in-process, the embedded mode).
+  RemoteExpertsOptions experts;
   common::rpc::ServerOptions grpc;
   common::metrics::MetricsServerOptions metrics;
   // This router's id in GetStats ("" = the host name).
@@ -38,6 +41,7 @@ struct RouterOptions {
 
   static void Describe(common::config::Schema<RouterOptions>& s) {
     s.Section("core", &RouterOptions::core);
+    s.Section("experts", &RouterOptions::experts);
     s.Section("grpc", &RouterOptions::grpc);
     s.Section("metrics", &RouterOptions::metrics);
     s.Add("router_id", &RouterOptions::router_id, "id reported by GetStats; default host name");
@@ -61,6 +65,10 @@ class RouterServer final : public moe::router::v1::Router::Service {
  public:
   RouterServer(Scheduler* scheduler, RouterServerInfo info, common::Clock* clock);
 
+  // Where the routed experts run when they are remote (optional, borrowed): GetStats then reports
+  // its placement and load window, and SetPlacement switches it. Call before serving.
+  void set_remote_experts(RemoteExpertExecutor* experts) { experts_ = experts; }
+
   // The core request for a proto request (exposed for tests). INVALID_ARGUMENT /
   // FAILED_PRECONDITION as documented in router.proto.
   absl::StatusOr<GenerateRequest> FromProto(const moe::router::v1::GenerateRequest& request) const;
@@ -80,6 +88,7 @@ class RouterServer final : public moe::router::v1::Router::Service {
   Scheduler* const scheduler_;
   const RouterServerInfo info_;
   common::Clock* const clock_;
+  RemoteExpertExecutor* experts_ = nullptr;
 
   absl::Mutex mu_;
   // request_ids of running Generate calls (a duplicate is INVALID_ARGUMENT).

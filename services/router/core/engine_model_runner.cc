@@ -35,4 +35,9 @@ absl::Status EngineModelRunner::CopyBlock(int32_t src_block, int32_t dst_block) 
   return engine_->kv_cache().CopyBlock(src_block, dst_block);
 }
 
+absl::Status EngineModelRunner::ChunkStatus(size_t chunk) const {
+  if (chunk >= out_.item_status.size()) return absl::OkStatus();
+  return out_.item_status[chunk];
+}
+
 }  // namespace moe::router

@@ -29,6 +29,7 @@ class EngineModelRunner final : public ModelRunner {
   int64_t kv_block_size() const override;
   absl::Status Step(std::span<const StepChunk> chunks, std::vector<float>* logits) override;
   absl::Status CopyBlock(int32_t src_block, int32_t dst_block) override;
+  absl::Status ChunkStatus(size_t chunk) const override;
 
  private:
   engine::Engine* const engine_;

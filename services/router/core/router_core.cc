@@ -19,7 +19,8 @@ absl::Status RouterCoreOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreOptions& options,
                                                                common::metrics::Registry* registry,
-                                                               common::Clock* clock) {
+                                                               common::Clock* clock,
+                                                               engine::ExpertExecutor* experts) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<RouterCore> core(new RouterCore());
   core->model_name_ = options.model_name;
@@ -30,8 +31,11 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
       core->model_name_ = std::filesystem::path(options.model_dir).parent_path().filename();
     }
   }
-  // The router holds every tensor for now: experts run in-process (LocalExpertExecutor).
-  ASSIGN_OR_RETURN(core->checkpoint_, model::Checkpoint::Open(options.model_dir));
+  // In-process experts need every tensor; remote ones leave the routed experts to the workers.
+  ASSIGN_OR_RETURN(core->checkpoint_,
+                   model::Checkpoint::Open(options.model_dir, experts != nullptr
+                                                                  ? model::LoadOptions::DenseOnly()
+                                                                  : model::LoadOptions::All()));
   const model::ModelConfig& config = core->checkpoint_->config();
 
   engine::EngineOptions engine_options;
@@ -40,8 +44,8 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
   engine_options.kv_num_blocks = options.kv_num_blocks;
   engine_options.block_size = options.block_size;
   engine_options.max_batch_tokens = options.scheduler.max_batch_tokens;
-  ASSIGN_OR_RETURN(core->engine_,
-                   engine::Engine::Create(config, core->checkpoint_->weights(), engine_options));
+  ASSIGN_OR_RETURN(core->engine_, engine::Engine::Create(config, core->checkpoint_->weights(),
+                                                         engine_options, experts));
   core->runner_ = std::make_unique<EngineModelRunner>(core->engine_.get());
 
   kv::BlockManagerOptions kv_options;

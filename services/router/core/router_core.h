@@ -60,9 +60,12 @@ class RouterCore {
   // Loads the model and builds the engine, KV pool and scheduler. `registry` and `clock` are
   // borrowed and must outlive the core. Errors: INVALID_ARGUMENT (options), the checkpoint's
   // errors (NOT_FOUND, INVALID_ARGUMENT), RESOURCE_EXHAUSTED (KV allocation).
-  static absl::StatusOr<std::unique_ptr<RouterCore>> Create(const RouterCoreOptions& options,
-                                                            common::metrics::Registry* registry,
-                                                            common::Clock* clock);
+  // `experts` (optional, borrowed, must outlive the core): where the routed experts run (the
+  // RemoteExpertExecutor of a disaggregated router); the checkpoint is then opened without
+  // the routed experts' tensors. Null = in-process (LocalExpertExecutor over all tensors).
+  static absl::StatusOr<std::unique_ptr<RouterCore>> Create(
+      const RouterCoreOptions& options, common::metrics::Registry* registry, common::Clock* clock,
+      engine::ExpertExecutor* experts = nullptr);
   // Shuts the scheduler down (aborting what runs) before the engine goes.
   ~RouterCore();
 

@@ -1,0 +1,124 @@
+#include "tests/integration/experts_cluster.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc/channel_factory.h"
+#include "grpcpp/client_context.h"
+#include "nlohmann/json.hpp"
+
+namespace moe::testing {
+namespace {
+
+std::string Bin(const std::string& name) {
+  const char* dir = std::getenv("MOE_BUILD_DIR");
+  return absl::StrCat(dir != nullptr ? dir : ".", "/bin/", name);
+}
+
+absl::StatusOr<Proc> Launch(std::vector<std::string> argv, const std::string& log_path) {
+  auto child = testonly::ChildProcess::Spawn(argv, log_path);
+  if (!child.ok()) return child.status();
+  Proc p;
+  p.child = std::make_unique<testonly::ChildProcess>(std::move(*child));
+  auto line = p.child->ReadLine(absl::Seconds(30));
+  if (!line.ok()) {
+    return absl::Status(line.status().code(),
+                        absl::StrCat(argv[0], ": no listening line: ", p.child->Stderr()));
+  }
+  p.grpc_port = nlohmann::json::parse(*line)["grpc"];
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<Proc> StartWorker(const std::string& model_dir,
+                                 const std::vector<std::string>& experts, int port,
+                                 const std::string& log_path) {
+  return Launch({Bin("expert-worker"), "--set", "core.model_dir=" + model_dir, "--set",
+                 "core.experts=" + absl::StrJoin(experts, ","), "--set", "grpc.host=127.0.0.1",
+                 "--set", absl::StrCat("grpc.port=", port), "--set", "metrics.host=127.0.0.1",
+                 "--set", "metrics.port=0", "--set", "grpc.drain_timeout=1s"},
+                log_path);
+}
+
+absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
+                                 const std::vector<std::string>& workers,
+                                 const std::vector<std::string>& placement, int replicas,
+                                 const std::string& dir) {
+  static int n = 0;
+  const std::string config = absl::StrCat(dir, "/router", ++n, ".yaml");
+  std::ofstream f(config);
+  f << "core:\n  model_dir: \"" << model_dir << "\"\n  num_threads: 1\n"
+    << "grpc:\n  host: 127.0.0.1\n  port: 0\n  drain_timeout: 1s\n"
+    << "metrics:\n  host: 127.0.0.1\n  port: 0\n";
+  if (!workers.empty()) {
+    f << "experts:\n  replicas: " << replicas << "\n  call_timeout: 2s\n"
+      << "  probe_interval: 100ms\n  workers:\n";
+    for (const auto& w : workers) f << "    - \"" << w << "\"\n";
+    if (!placement.empty()) {
+      f << "  placement:\n";
+      for (const auto& p : placement) f << "    - \"" << p << "\"\n";
+    }
+  }
+  f.close();
+  return Launch({Bin("router"), "--config", config}, absl::StrCat(dir, "/router", n, ".log"));
+}
+
+std::unique_ptr<moe::router::v1::Router::Stub> RouterStub(const std::string& address) {
+  return moe::router::v1::Router::NewStub(*common::rpc::CreateChannel(address));
+}
+
+GenerateResult Generate(moe::router::v1::Router::Stub& stub, const std::vector<int32_t>& prompt,
+                        int max_tokens, const std::function<void()>& on_token) {
+  moe::router::v1::GenerateRequest req;
+  static std::atomic<int> id{0};
+  req.set_request_id(absl::StrCat("t", id++));
+  for (int32_t t : prompt) req.add_prompt_token_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub.Generate(&ctx, req);
+  GenerateResult r;
+  moe::router::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    r.tokens.insert(r.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    if (resp.finish_reason() != moe::router::v1::FINISH_REASON_UNSPECIFIED) {
+      r.finish_reason = resp.finish_reason();
+      r.error_message = resp.error_message();
+    }
+    if (on_token) on_token();
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) r.rpc_error = s.error_message();
+  return r;
+}
+
+std::vector<GenerateResult> GenerateAll(const std::string& router_address,
+                                        const std::vector<std::vector<int32_t>>& prompts,
+                                        int max_tokens, const std::function<void()>& on_token) {
+  auto stub = RouterStub(router_address);
+  std::vector<GenerateResult> results(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = Generate(*stub, prompts[i], max_tokens, on_token); });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+std::vector<std::vector<int32_t>> MakePrompts(int n, int len, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> out(n);
+  for (auto& p : out) {
+    for (int i = 0; i < len; ++i) p.push_back(3 + static_cast<int32_t>(rng() % (vocab - 3)));
+  }
+  return out;
+}
+
+}  // namespace moe::testing

@@ -1,0 +1,57 @@
+// Test harness for the disaggregated-experts integration tests: expert-worker and router
+// processes on loopback (their binaries from $MOE_BUILD_DIR/bin), and a Generate client.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "moe/router/v1/router.grpc.pb.h"
+#include "tests/testonly/child_process.h"
+
+namespace moe::testing {
+
+struct Proc {
+  std::unique_ptr<testonly::ChildProcess> child;
+  int grpc_port = 0;
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
+};
+
+// Starts `expert-worker` holding `experts` (specs, e.g. {"*:0-7"}) on `port` (0 = any) and waits
+// for its listening line (printed once warmed up and SERVING).
+absl::StatusOr<Proc> StartWorker(const std::string& model_dir,
+                                 const std::vector<std::string>& experts, int port,
+                                 const std::string& log_path);
+
+// Starts `router` with experts on `workers` and `placement` specs (empty workers = embedded).
+absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
+                                 const std::vector<std::string>& workers,
+                                 const std::vector<std::string>& placement, int replicas,
+                                 const std::string& dir);
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  moe::router::v1::FinishReason finish_reason = moe::router::v1::FINISH_REASON_UNSPECIFIED;
+  std::string error_message;
+  std::string rpc_error;  // non-empty when the RPC itself failed
+};
+
+// Greedy generation of `max_tokens` tokens (ignore_eos). `on_token` (optional) runs after each
+// received message.
+GenerateResult Generate(moe::router::v1::Router::Stub& stub, const std::vector<int32_t>& prompt,
+                        int max_tokens, const std::function<void()>& on_token = nullptr);
+
+// `prompts.size()` concurrent streams.
+std::vector<GenerateResult> GenerateAll(const std::string& router_address,
+                                        const std::vector<std::vector<int32_t>>& prompts,
+                                        int max_tokens,
+                                        const std::function<void()>& on_token = nullptr);
+
+std::unique_ptr<moe::router::v1::Router::Stub> RouterStub(const std::string& address);
+
+// Deterministic prompts: `n` prompts of `len` tokens in [3, vocab).
+std::vector<std::vector<int32_t>> MakePrompts(int n, int len, int vocab, uint32_t seed);
+
+}  // namespace moe::testing
