@@ -165,12 +165,18 @@ class Server final : public HttpServer {
       beast::error_code ec;
       acceptor_.close(ec);
     });
+    // Take owning references under the lock but drop them outside it: the last reference to a
+    // connection that is closing anyway runs ~Connection -> Unregister(), which locks mu_.
+    std::vector<std::shared_ptr<Connection>> live;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      live.reserve(connections_.size());
       for (auto& [ptr, weak] : connections_) {
-        if (std::shared_ptr<Connection> c = weak.lock()) c->PostClose();
+        if (std::shared_ptr<Connection> c = weak.lock()) live.push_back(std::move(c));
       }
     }
+    for (const std::shared_ptr<Connection>& c : live) c->PostClose();
+    live.clear();
     work_.reset();
     // Closing sockets ends every pending operation; give them a moment, then stop hard.
     for (int i = 0; i < 200 && open_.load() > 0; ++i) {
