@@ -8,9 +8,9 @@ void RunSwiGlu(const float* x, int64_t m, const model::ExpertWeights& w, FfnScra
   const size_t need = static_cast<size_t>(m * inter);
   if (scratch->gate.size() < need) scratch->gate.resize(need);
   if (scratch->up.size() < need) scratch->up.resize(need);
-  kernels::MatMul(x, m, w.gate, scratch->gate.data(), pool);
-  kernels::MatMul(x, m, w.up, scratch->up.data(), pool);
-  kernels::SiluMul(scratch->gate.data(), scratch->up.data(), m * inter);
+  // gate, up and the activation in one parallel region, then down: two fork/joins.
+  const kernels::SwiGluTask task{x, m, w.gate, w.up, scratch->gate.data(), scratch->up.data()};
+  kernels::SwiGluMany(&task, 1, pool);
   kernels::MatMul(scratch->gate.data(), m, w.down, out, pool);
 }
 

@@ -30,7 +30,6 @@ absl::Status LocalExpertExecutor::Run(const ExpertCall& call) {
         absl::StrCat("expert call: layer ", call.layer_idx, " out of range"));
   }
   const model::LayerWeights& layer = weights_->layers[call.layer_idx];
-  int64_t max_rows = 0;
   for (const ExpertBatch& b : call.batches) {
     if (b.expert_id < 0 || b.expert_id >= static_cast<int32_t>(layer.experts.size()) ||
         !HasFfn(layer.experts[b.expert_id])) {
@@ -43,28 +42,32 @@ absl::Status LocalExpertExecutor::Run(const ExpertCall& call) {
       return absl::InvalidArgumentError(absl::StrCat("expert call: hidden size ", call.hidden,
                                                      " does not match expert ", b.expert_id));
     }
-    max_rows = std::max(max_rows, b.num_tokens);
   }
-  const int64_t n = static_cast<int64_t>(call.batches.size());
-  const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
-  // Decode-sized batches: one expert per thread in a single parallel region, instead of three
-  // pool-wide MatMuls per expert (each a fork/join). Rows are bit-exact either way (kernels.h).
-  if (threads > 1 && n >= threads && max_rows <= kMaxRowsForExpertParallel) {
-    if (static_cast<int64_t>(per_batch_scratch_.size()) < n) per_batch_scratch_.resize(n);
-    pool_->ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const ExpertBatch& b = call.batches[i];
-        if (b.num_tokens <= 0) continue;
-        RunSwiGlu(b.input, b.num_tokens, layer.experts[b.expert_id], &per_batch_scratch_[i],
-                  b.output, nullptr);
-      }
-    });
-    return absl::OkStatus();
+  // All experts of the call in two parallel regions (gate/up/activation, then down), their
+  // columns cut into chunks the pool's threads take in turn: balanced whatever the batch sizes,
+  // two fork/joins per layer. Rows are bit-exact either way (kernels.h).
+  swiglu_tasks_.clear();
+  down_tasks_.clear();
+  int64_t need = 0;
+  for (const ExpertBatch& b : call.batches) {
+    if (b.num_tokens > 0) need += b.num_tokens * layer.experts[b.expert_id].gate.rows;
   }
+  if (static_cast<int64_t>(scratch_.gate.size()) < need) {
+    scratch_.gate.resize(static_cast<size_t>(need));
+    scratch_.up.resize(static_cast<size_t>(need));
+  }
+  int64_t offset = 0;
   for (const ExpertBatch& b : call.batches) {
     if (b.num_tokens <= 0) continue;
-    RunSwiGlu(b.input, b.num_tokens, layer.experts[b.expert_id], &scratch_, b.output, pool_);
+    const model::ExpertWeights& w = layer.experts[b.expert_id];
+    float* act = scratch_.gate.data() + offset;
+    swiglu_tasks_.push_back(
+        {b.input, b.num_tokens, w.gate, w.up, act, scratch_.up.data() + offset});
+    down_tasks_.push_back({act, b.num_tokens, w.down, b.output, nullptr});
+    offset += b.num_tokens * w.gate.rows;
   }
+  kernels::SwiGluMany(swiglu_tasks_.data(), static_cast<int64_t>(swiglu_tasks_.size()), pool_);
+  kernels::MatMulMany(down_tasks_.data(), static_cast<int64_t>(down_tasks_.size()), pool_);
   return absl::OkStatus();
 }
 

@@ -15,9 +15,9 @@
 namespace moe::engine {
 
 // Thread-safety: one caller thread at a time (it shares the caller's ThreadPool).
-// The work runs inside Submit(); Await() returns its result. Small (decode) batches run one
-// expert per pool thread; larger ones split each MatMul over the pool. Lifetime: `weights` and
-// `pool` are borrowed and must outlive the executor.
+// The work runs inside Submit(); Await() returns its result. All batches of a call share two
+// parallel regions (kernels::SwiGluMany, then kernels::MatMulMany over the down projections).
+// Lifetime: `weights` and `pool` are borrowed and must outlive the executor.
 class LocalExpertExecutor : public ExpertExecutor {
  public:
   LocalExpertExecutor(const model::ModelWeights* weights, kernels::ThreadPool* pool)
@@ -30,14 +30,11 @@ class LocalExpertExecutor : public ExpertExecutor {
  private:
   absl::Status Run(const ExpertCall& call);
 
-  // Largest expert batch for which experts run one per thread (decode); above it each expert's
-  // MatMuls use the whole pool.
-  static constexpr int64_t kMaxRowsForExpertParallel = 8;
-
   const model::ModelWeights* weights_;
   kernels::ThreadPool* pool_;
-  FfnScratch scratch_;
-  std::vector<FfnScratch> per_batch_scratch_;  // one per batch in expert-parallel mode
+  FfnScratch scratch_;  // activations and up outputs of all batches of a call, back to back
+  std::vector<kernels::SwiGluTask> swiglu_tasks_;
+  std::vector<kernels::MatMulTask> down_tasks_;
   ExpertCallHandle next_handle_ = 1;
   // Completed calls not yet awaited (few at a time: a small vector beats a map).
   std::vector<std::pair<ExpertCallHandle, absl::Status>> done_;

@@ -77,13 +77,22 @@ using internal::Active;
 // Below this many multiply-adds a matmul runs on the caller's thread (a pool wake-up costs more).
 constexpr int64_t kMinParallelMacs = 1 << 16;
 
+// fn over [0, n) in chunks of `grain` taken in turn by whichever pool threads run (see
+// ThreadPool::ParallelForDynamic): a thread descheduled on a busy machine delays nobody.
 void Parallel(ThreadPool* pool, int64_t n, int64_t grain,
               const std::function<void(int64_t, int64_t)>& fn) {
   if (pool == nullptr || pool->num_threads() <= 1) {
     if (n > 0) fn(0, n);
   } else {
-    pool->ParallelFor(n, grain, fn);
+    pool->ParallelForDynamic(n, grain, fn);
   }
+}
+
+// Column chunk for `total_rows` W rows split over `threads`: about 8 chunks per thread (dynamic
+// balance), a multiple of 16 (every ISA's register tile width divides it), at most 512.
+int64_t ChunkRows(int64_t total_rows, int threads) {
+  const int64_t want = (total_rows + 8 * threads - 1) / (8 * threads);
+  return std::clamp<int64_t>((want + 15) / 16 * 16, 16, 512);
 }
 
 // f32 copy of a small weight vector (norm weights), reusing a per-thread buffer.
@@ -119,7 +128,8 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
   if (w.rows < 32 * pool->num_threads() && m >= 4 * pool->num_threads()) {
     // Few outputs, many rows (router gates): split the rows instead. Every element is computed
     // the same way whoever computes it, so the split never changes results.
-    Parallel(pool, m, 4, [&](int64_t b, int64_t e) {
+    const int64_t grain = std::max<int64_t>(4, (m / (4 * pool->num_threads())) / 4 * 4);
+    Parallel(pool, m, grain, [&](int64_t b, int64_t e) {
       internal::MatMulArgs part = args;
       part.x = x + b * w.cols;
       part.y = y + b * w.rows;
@@ -128,7 +138,118 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
     });
     return;
   }
-  Parallel(pool, w.rows, 16, [&](int64_t b, int64_t e) { isa.matmul(args, b, e); });
+  Parallel(pool, w.rows, ChunkRows(w.rows, pool->num_threads()),
+           [&](int64_t b, int64_t e) { isa.matmul(args, b, e); });
+}
+
+namespace {
+
+// A column range [j0, j1) of one task of MatMulMany / SwiGluMany.
+struct WorkItem {
+  int64_t task;
+  int64_t j0, j1;
+};
+
+void AppendItems(int64_t task, int64_t rows, int64_t chunk, std::vector<WorkItem>* items) {
+  for (int64_t j = 0; j < rows; j += chunk) items->push_back({task, j, std::min(rows, j + chunk)});
+}
+
+// Runs fn(item) for every item: on the caller alone, or with the pool's threads taking items in
+// turn (balanced whatever the items cost; one fork/join in all).
+template <typename Fn>
+void RunItems(ThreadPool* pool, int64_t num_items, bool parallel, const Fn& fn) {
+  if (!parallel || pool == nullptr || pool->num_threads() <= 1 || num_items <= 1) {
+    for (int64_t i = 0; i < num_items; ++i) fn(i);
+    return;
+  }
+  pool->ParallelForDynamic(num_items, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) fn(i);
+  });
+}
+
+internal::MatMulArgs ArgsOf(const float* x, int64_t m, const WeightView& w, float* y,
+                            const WeightView* bias) {
+  const bool has_bias = bias != nullptr && bias->data != nullptr;
+  return {x,
+          m,
+          w.cols,
+          w.data,
+          static_cast<int>(w.dtype),
+          w.rows,
+          has_bias ? bias->data : nullptr,
+          has_bias ? static_cast<int>(bias->dtype) : 0,
+          y};
+}
+
+}  // namespace
+
+void MatMulMany(const MatMulTask* tasks, int64_t num_tasks, ThreadPool* pool) {
+  // Per-thread buffers; the lambda below reads them through plain pointers (a thread_local named
+  // inside it would be the worker thread's own, empty, copy).
+  thread_local std::vector<internal::MatMulArgs> args_buf;
+  thread_local std::vector<WorkItem> items_buf;
+  std::vector<internal::MatMulArgs>& args = args_buf;
+  std::vector<WorkItem>& items = items_buf;
+  args.clear();
+  items.clear();
+  int64_t total_rows = 0, macs = 0;
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    const MatMulTask& task = tasks[t];
+    MOE_CHECK(task.m >= 0 && task.w.rows >= 0 && task.w.cols >= 1);
+    args.push_back(ArgsOf(task.x, task.m, task.w, task.y, task.bias));
+    if (task.m > 0) total_rows += task.w.rows;
+    macs += task.m * task.w.rows * task.w.cols;
+  }
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const int64_t chunk = ChunkRows(total_rows, threads);
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    if (tasks[t].m > 0) AppendItems(t, tasks[t].w.rows, chunk, &items);
+  }
+  const auto& isa = Active();
+  const WorkItem* item_at = items.data();
+  const internal::MatMulArgs* args_at = args.data();
+  RunItems(pool, static_cast<int64_t>(items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
+    const WorkItem& it = item_at[i];
+    isa.matmul(args_at[it.task], it.j0, it.j1);
+  });
+}
+
+void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool) {
+  thread_local std::vector<internal::MatMulArgs> args_buf;  // gate, up of each task
+  thread_local std::vector<WorkItem> items_buf;
+  std::vector<internal::MatMulArgs>& args = args_buf;
+  std::vector<WorkItem>& items = items_buf;
+  args.clear();
+  items.clear();
+  int64_t total_rows = 0, macs = 0;
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    const SwiGluTask& task = tasks[t];
+    MOE_CHECK(task.m >= 0 && task.gate.cols >= 1 && task.gate.rows == task.up.rows &&
+              task.gate.cols == task.up.cols);
+    args.push_back(ArgsOf(task.x, task.m, task.gate, task.act, nullptr));
+    args.push_back(ArgsOf(task.x, task.m, task.up, task.up_scratch, nullptr));
+    if (task.m > 0) total_rows += task.gate.rows;
+    macs += 2 * task.m * task.gate.rows * task.gate.cols;
+  }
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const int64_t chunk = ChunkRows(total_rows, threads);
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    if (tasks[t].m > 0) AppendItems(t, tasks[t].gate.rows, chunk, &items);
+  }
+  const auto& isa = Active();
+  const WorkItem* item_at = items.data();
+  const internal::MatMulArgs* args_at = args.data();
+  RunItems(pool, static_cast<int64_t>(items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
+    const WorkItem& it = item_at[i];
+    const SwiGluTask& task = tasks[it.task];
+    isa.matmul(args_at[2 * it.task], it.j0, it.j1);
+    isa.matmul(args_at[2 * it.task + 1], it.j0, it.j1);
+    const int64_t inter = task.gate.rows;
+    for (int64_t r = 0; r < task.m; ++r) {
+      isa.silu_mul(task.act + r * inter + it.j0, task.up_scratch + r * inter + it.j0,
+                   it.j1 - it.j0);
+    }
+  });
 }
 
 void RmsNorm(const float* x, int64_t m, int64_t d, const WeightView& weight, float eps,
@@ -228,21 +349,22 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
   const internal::AttentionArgs args{q, m, num_heads, tokens, layout, k_cache, v_cache, scale, out};
   const auto& isa = Active();
   const int threads = pool == nullptr ? 1 : pool->num_threads();
-  if (m < 2 * threads) {  // decode: split the (token, head) items evenly
-    Parallel(pool, m * num_heads, 1, [&](int64_t b, int64_t e) { isa.attention(args, b, e); });
+  const int64_t group = num_heads / layout.num_kv_heads;
+  if (m < 2 * threads) {  // decode: chunks of whole KV-head groups of (token, head) items
+    Parallel(pool, m * num_heads, group, [&](int64_t b, int64_t e) { isa.attention(args, b, e); });
     return;
   }
-  // Prefill: causal rows grow with position, so deal tokens round-robin for balance; loop KV
-  // head outermost so one head's keys and values stay in L2 across all of a thread's tokens.
-  const int64_t group = num_heads / layout.num_kv_heads;
-  Parallel(pool, threads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      for (int64_t kvh = 0; kvh < layout.num_kv_heads; ++kvh) {
-        for (int64_t i = t; i < m; i += threads) {
-          const int64_t first = i * num_heads + kvh * group;
-          isa.attention(args, first, first + group);
-        }
-      }
+  // Prefill: units (KV head, token), KV head outermost so one head's keys and values stay in L2
+  // across consecutive units; causal rows grow with position, so chunks are small (dynamic
+  // balance).
+  const int64_t units = layout.num_kv_heads * m;
+  const int64_t grain = std::max<int64_t>(1, units / (16 * threads));
+  Parallel(pool, units, grain, [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t kvh = u / m;
+      const int64_t i = u % m;
+      const int64_t first = i * num_heads + kvh * group;
+      isa.attention(args, first, first + group);
     }
   });
 }

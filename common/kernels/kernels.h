@@ -38,6 +38,34 @@ struct WeightView {
 void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool,
             const WeightView* bias = nullptr);
 
+// One MatMul of a MatMulMany batch: y[m, w.rows] = x[m, w.cols] · W^T (+ bias).
+struct MatMulTask {
+  const float* x = nullptr;
+  int64_t m = 0;
+  WeightView w;
+  float* y = nullptr;
+  const WeightView* bias = nullptr;  // optional, as MatMul's
+};
+
+// Independent MatMuls in one parallel region (one fork/join): their output columns are cut into
+// chunks that the pool's threads take in turn, so a few small MatMuls (q/k/v, one layer's
+// experts) cost one wake-up and stay balanced. Results are bitwise those of MatMul.
+void MatMulMany(const MatMulTask* tasks, int64_t num_tasks, ThreadPool* pool);
+
+// The first half of a SwiGLU block for several inputs in one parallel region:
+// act[m, inter] = silu(x · gate^T) * (x · up^T), inter = gate.rows = up.rows, gate.cols = k.
+// `up_scratch` has room for m * inter floats (clobbered). Bitwise equal to MatMul(gate),
+// MatMul(up), SiluMul.
+struct SwiGluTask {
+  const float* x = nullptr;
+  int64_t m = 0;
+  WeightView gate;
+  WeightView up;
+  float* act = nullptr;
+  float* up_scratch = nullptr;
+};
+void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool);
+
 // out[m, d] = x / sqrt(mean(x^2) + eps) * weight[d] (HF RMSNorm; f32 variance). In-place allowed.
 void RmsNorm(const float* x, int64_t m, int64_t d, const WeightView& weight, float eps, float* out);
 

@@ -20,6 +20,7 @@ using testing::MakeWeights;
 using testing::RandomFloats;
 using testing::ScopedIsa;
 using testing::SupportedIsas;
+using testing::TestWeights;
 
 // The contract written out in the plainest way: 16 lanes, fma in k order, zero padding, tree.
 float ContractDot(const float* x, const WeightView& w, int64_t row) {
@@ -156,6 +157,86 @@ TEST_P(MatMulTest, AddsBiasLast) {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         EXPECT_EQ(biased[i * n + j], plain[i * n + j] + reference::WeightAt(bias, j)) << isa;
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, ManyTasksInOneRegionMatchSingleMatMuls) {
+  std::mt19937 rng(5);
+  // Mixed shapes (q/k/v-like with a bias, an expert's few rows, an empty task, a big one that
+  // crosses the parallel threshold) run together, then compared with one MatMul each.
+  const std::vector<Shape> shapes = {{3, 130, 200}, {3, 130, 40},  {1, 64, 333},
+                                     {0, 16, 8},    {7, 257, 100}, {12, 300, 520}};
+  std::vector<TestWeights> ws, bs;
+  std::vector<std::vector<float>> xs, want;
+  for (const Shape& s : shapes) {
+    ws.push_back(MakeWeights(rng, GetParam(), s.n, s.k));
+    bs.push_back(MakeWeights(rng, GetParam(), 1, s.n));
+    xs.push_back(RandomFloats(rng, s.m * s.k, -2.0f, 2.0f));
+    want.emplace_back(s.m * s.n);
+    const WeightView bias = bs.back().view();
+    ScopedIsa force("portable");
+    MatMul(xs.back().data(), s.m, ws.back().view(), want.back().data(), nullptr,
+           want.size() % 2 == 1 ? &bias : nullptr);
+  }
+  ThreadPool pool2(2), pool3(3);
+  for (const char* isa : SupportedIsas()) {
+    ScopedIsa force(isa);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+      std::vector<std::vector<float>> ys;
+      std::vector<WeightView> biases;
+      for (size_t i = 0; i < shapes.size(); ++i) biases.push_back(bs[i].view());
+      std::vector<MatMulTask> tasks;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        ys.emplace_back(shapes[i].m * shapes[i].n, -1.0f);
+        tasks.push_back({xs[i].data(), shapes[i].m, ws[i].view(), ys[i].data(),
+                         i % 2 == 0 ? &biases[i] : nullptr});
+      }
+      MatMulMany(tasks.data(), static_cast<int64_t>(tasks.size()), pool);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        ASSERT_TRUE(BitwiseEqual(ys[i], want[i]))
+            << isa << " task " << i << " threads=" << (pool ? pool->num_threads() : 1);
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, SwiGluManyMatchesMatMulsAndSiluMul) {
+  std::mt19937 rng(6);
+  struct Ffn {
+    int64_t m, k, inter;
+  };
+  const std::vector<Ffn> ffns = {{1, 96, 300}, {5, 96, 300}, {0, 96, 300}, {9, 200, 610}};
+  std::vector<TestWeights> gates, ups;
+  std::vector<std::vector<float>> xs, want;
+  for (const Ffn& f : ffns) {
+    gates.push_back(MakeWeights(rng, GetParam(), f.inter, f.k));
+    ups.push_back(MakeWeights(rng, GetParam(), f.inter, f.k));
+    xs.push_back(RandomFloats(rng, f.m * f.k, -3.0f, 3.0f));
+    std::vector<float> g(f.m * f.inter), u(f.m * f.inter);
+    ScopedIsa force("portable");
+    MatMul(xs.back().data(), f.m, gates.back().view(), g.data(), nullptr);
+    MatMul(xs.back().data(), f.m, ups.back().view(), u.data(), nullptr);
+    SiluMul(g.data(), u.data(), f.m * f.inter);
+    want.push_back(g);
+  }
+  ThreadPool pool2(2), pool3(3);
+  for (const char* isa : SupportedIsas()) {
+    ScopedIsa force(isa);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+      std::vector<std::vector<float>> acts, scratch;
+      std::vector<SwiGluTask> tasks;
+      for (size_t i = 0; i < ffns.size(); ++i) {
+        acts.emplace_back(ffns[i].m * ffns[i].inter);
+        scratch.emplace_back(ffns[i].m * ffns[i].inter);
+        tasks.push_back({xs[i].data(), ffns[i].m, gates[i].view(), ups[i].view(), acts[i].data(),
+                         scratch[i].data()});
+      }
+      SwiGluMany(tasks.data(), static_cast<int64_t>(tasks.size()), pool);
+      for (size_t i = 0; i < ffns.size(); ++i) {
+        ASSERT_TRUE(BitwiseEqual(acts[i], want[i]))
+            << isa << " ffn " << i << " threads=" << (pool ? pool->num_threads() : 1);
       }
     }
   }

@@ -37,29 +37,65 @@ void FutexWakeAll(std::atomic<uint32_t>* addr) {
 
 }  // namespace
 
-// Protocol: the caller publishes a job (fn, ranges), then bumps `generation`. Every worker runs
-// its own range (if any) and decrements `pending`; the caller runs range 0 and waits until
-// `pending` is 0, so no worker can lag a generation behind. Sleepers are woken only when some
-// thread announced it sleeps (seq_cst flags on both sides, Dekker style).
+// Protocol. The caller publishes a job (its fields), then bumps `generation`, whose low bit says
+// the kind of job. Static jobs (ParallelFor): every worker runs its own range (if any) and
+// decrements `pending`; the caller runs range 0 and waits until `pending` is 0, so no worker can
+// lag a static job behind. Dynamic jobs (ParallelForDynamic): chunks are claimed by CAS on
+// `ticket` = (job number, next chunk, number of chunks) by the caller and by any worker that
+// happens to run; the caller waits only until `done` counts every chunk, never for a worker that
+// claimed nothing. A worker holding a claim keeps the job alive (the caller waits for its chunk),
+// so the job's fields are stable while it runs one; a late worker finds the ticket exhausted, or
+// claims a chunk of whatever job is current. Sleepers are woken only when some thread announced
+// it sleeps (seq_cst flags on both sides, Dekker style).
 struct ThreadPool::Impl {
   int num_threads = 1;
   std::vector<std::thread> workers;
 
-  alignas(64) std::atomic<uint32_t> generation{0};
+  alignas(64) std::atomic<uint32_t> generation{0};  // (count << 1) | dynamic
   std::atomic<uint32_t> sleeping_workers{0};
   alignas(64) std::atomic<uint32_t> pending{0};
   std::atomic<uint32_t> caller_sleeping{0};
+  alignas(64) std::atomic<uint64_t> ticket{0};
+  alignas(64) std::atomic<uint32_t> done{0};
   alignas(64) bool stop = false;
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int64_t chunk = 0;  // range size (a multiple of grain)
   int num_chunks = 0;
+  uint32_t dynamic_jobs = 0;
+
+  // ticket: bits 44..63 job number (mod 2^20), 22..43 next chunk, 0..21 number of chunks.
+  static constexpr int64_t kMaxDynamicChunks = (int64_t{1} << 22) - 1;
+  static uint64_t Ticket(uint64_t job, uint64_t next, uint64_t count) {
+    return ((job & 0xFFFFF) << 44) | (next << 22) | count;
+  }
 
   void RunChunk(int index) const {
     if (index >= num_chunks) return;
     const int64_t begin = index * chunk;
     const int64_t end = std::min(n, begin + chunk);
     if (begin < end) (*fn)(begin, end);
+  }
+
+  // Claims and runs chunks of the current dynamic job until none is left.
+  void RunDynamicChunks() {
+    uint64_t t = ticket.load(std::memory_order_acquire);
+    while (true) {
+      const uint64_t next = (t >> 22) & kMaxDynamicChunks;
+      const uint64_t count = t & kMaxDynamicChunks;
+      if (next >= count) return;
+      if (!ticket.compare_exchange_weak(t, t + (uint64_t{1} << 22), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        continue;
+      }
+      const int64_t begin = static_cast<int64_t>(next) * chunk;
+      (*fn)(begin, std::min(n, begin + chunk));
+      if (done.fetch_add(1, std::memory_order_seq_cst) + 1 == count &&
+          caller_sleeping.load(std::memory_order_seq_cst) != 0) {
+        FutexWakeAll(&done);
+      }
+      t = ticket.load(std::memory_order_acquire);
+    }
   }
 
   void WorkerLoop(int index) {
@@ -78,6 +114,10 @@ struct ThreadPool::Impl {
       }
       seen = g;
       if (stop) return;
+      if (g & 1u) {
+        RunDynamicChunks();
+        continue;
+      }
       RunChunk(index);
       if (pending.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
           caller_sleeping.load(std::memory_order_seq_cst) != 0) {
@@ -86,21 +126,23 @@ struct ThreadPool::Impl {
     }
   }
 
-  void Publish() {
-    pending.store(static_cast<uint32_t>(workers.size()), std::memory_order_relaxed);
-    generation.fetch_add(1, std::memory_order_seq_cst);
+  void Publish(bool dynamic) {
+    if (!dynamic) pending.store(static_cast<uint32_t>(workers.size()), std::memory_order_relaxed);
+    const uint32_t g = generation.load(std::memory_order_relaxed);
+    generation.store(((g >> 1) + 1) << 1 | (dynamic ? 1u : 0u), std::memory_order_seq_cst);
     if (sleeping_workers.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&generation);
   }
 
-  void WaitWorkers() {
-    uint32_t p = pending.load(std::memory_order_acquire);
-    for (int spin = 0; p != 0 && spin < kSpinIterations; ++spin) {
+  // Waits until *counter == target (spin, then futex; the last finisher wakes us).
+  void WaitFor(std::atomic<uint32_t>* counter, uint32_t target) {
+    uint32_t p = counter->load(std::memory_order_acquire);
+    for (int spin = 0; p != target && spin < kSpinIterations; ++spin) {
       MOE_CPU_RELAX();
-      p = pending.load(std::memory_order_acquire);
+      p = counter->load(std::memory_order_acquire);
     }
-    if (p != 0) {
+    if (p != target) {
       caller_sleeping.store(1, std::memory_order_seq_cst);
-      while ((p = pending.load(std::memory_order_seq_cst)) != 0) FutexWait(&pending, p);
+      while ((p = counter->load(std::memory_order_seq_cst)) != target) FutexWait(counter, p);
       caller_sleeping.store(0, std::memory_order_relaxed);
     }
   }
@@ -118,7 +160,7 @@ ThreadPool::ThreadPool(int num_threads) : impl_(new Impl) {
 ThreadPool::~ThreadPool() {
   if (!impl_->workers.empty()) {
     impl_->stop = true;
-    impl_->Publish();
+    impl_->Publish(/*dynamic=*/false);
     for (std::thread& t : impl_->workers) t.join();
   }
   delete impl_;
@@ -141,9 +183,35 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   s.n = n;
   s.chunk = (units + num_chunks - 1) / num_chunks * grain;
   s.num_chunks = static_cast<int>(num_chunks);
-  s.Publish();
+  s.Publish(/*dynamic=*/false);
   s.RunChunk(0);
-  s.WaitWorkers();
+  s.WaitFor(&s.pending, 0);
+}
+
+void ThreadPool::ParallelForDynamic(int64_t n, int64_t grain,
+                                    const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  int64_t chunks = (n + grain - 1) / grain;
+  if (chunks > Impl::kMaxDynamicChunks) {
+    grain = (n + Impl::kMaxDynamicChunks - 1) / Impl::kMaxDynamicChunks;
+    chunks = (n + grain - 1) / grain;
+  }
+  if (chunks <= 1 || impl_->workers.empty()) {
+    for (int64_t b = 0; b < n; b += grain) fn(b, std::min(n, b + grain));
+    return;
+  }
+  Impl& s = *impl_;
+  // The previous job is complete (its caller waited for every chunk), so no thread reads these.
+  s.fn = &fn;
+  s.n = n;
+  s.chunk = grain;
+  s.done.store(0, std::memory_order_relaxed);
+  s.ticket.store(Impl::Ticket(++s.dynamic_jobs, 0, static_cast<uint64_t>(chunks)),
+                 std::memory_order_release);
+  s.Publish(/*dynamic=*/true);
+  s.RunDynamicChunks();
+  s.WaitFor(&s.done, static_cast<uint32_t>(chunks));
 }
 
 }  // namespace moe::kernels

@@ -22,6 +22,14 @@ class ThreadPool {
   // multiple of `grain` except the last), and returns when all are done.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // Runs fn(begin, end) over [0, n) cut into chunks of `grain` (the last may be shorter), which
+  // the caller and whichever workers are running take in turn; returns when all are done. The
+  // caller never waits for a worker that has not started (asleep, or descheduled on a busy
+  // machine), only for chunks already running, so work whose split does not matter finishes as
+  // soon as the threads that do run get through it. Which thread runs a chunk is unspecified.
+  void ParallelForDynamic(int64_t n, int64_t grain,
+                          const std::function<void(int64_t, int64_t)>& fn);
+
  private:
   struct Impl;
   Impl* impl_;

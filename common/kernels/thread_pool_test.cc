@@ -1,5 +1,6 @@
 #include "common/kernels/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -72,6 +73,61 @@ TEST(ThreadPoolTest, WakesAfterWorkersSleep) {
     pool.ParallelFor(2, 1, [&](int64_t b, int64_t e) { count.fetch_add(static_cast<int>(e - b)); });
   }
   EXPECT_EQ(count.load(), 6);
+}
+
+TEST(ThreadPoolTest, DynamicCoversRangeExactlyOnceInGrainChunks) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 16, 100, 1001}) {
+      for (int64_t grain : {1, 4, 16}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> calls{0};
+        pool.ParallelForDynamic(n, grain, [&](int64_t b, int64_t e) {
+          EXPECT_EQ(b % grain, 0);
+          EXPECT_EQ(e, std::min(n, b + grain));
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+          calls.fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << grain;
+        EXPECT_EQ(calls.load(), (n + grain - 1) / grain);
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, DynamicAndStaticJobsBackToBack) {
+  // Mixed job kinds in a tight loop: every job sees all writes of the previous one, none runs
+  // twice, and workers that miss a dynamic job entirely never disturb the next.
+  ThreadPool pool(3);
+  std::vector<int64_t> data(300, 0);
+  for (int iter = 0; iter < 3000; ++iter) {
+    auto add = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) data[i] += 1;
+    };
+    if (iter % 3 == 0) {
+      pool.ParallelFor(300, 8, add);
+    } else {
+      pool.ParallelForDynamic(300, 1 + iter % 37, add);
+    }
+  }
+  for (int64_t v : data) ASSERT_EQ(v, 3000);
+}
+
+TEST(ThreadPoolTest, DynamicWakesSleepingWorkers) {
+  ThreadPool pool(2);
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  std::atomic<int64_t> sum{0};
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the worker sleep
+    pool.ParallelForDynamic(1000, 1, [&](int64_t b, int64_t e) {
+      sum.fetch_add(e - b);
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+    });
+  }
+  EXPECT_EQ(sum.load(), 3000);
+  EXPECT_TRUE(ids.count(std::this_thread::get_id()));
 }
 
 }  // namespace
