@@ -306,9 +306,13 @@ void Engine::Attention(int64_t layer_idx, int64_t t) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   kernels::ThreadPool* pool = pool_.get();
 
-  kernels::MatMul(h_.data(), t, w.q_proj, q_.data(), pool, c.attention_bias ? &w.q_bias : nullptr);
-  kernels::MatMul(h_.data(), t, w.k_proj, k_.data(), pool, c.attention_bias ? &w.k_bias : nullptr);
-  kernels::MatMul(h_.data(), t, w.v_proj, v_.data(), pool, c.attention_bias ? &w.v_bias : nullptr);
+  // q, k and v in one parallel region (one fork/join).
+  const bool bias = c.attention_bias;
+  const kernels::MatMulTask qkv[] = {
+      {h_.data(), t, w.q_proj, q_.data(), bias ? &w.q_bias : nullptr},
+      {h_.data(), t, w.k_proj, k_.data(), bias ? &w.k_bias : nullptr},
+      {h_.data(), t, w.v_proj, v_.data(), bias ? &w.v_bias : nullptr}};
+  kernels::MatMulMany(qkv, 3, pool);
   if (c.qk_norm) {
     if (c.qk_norm_per_head) {  // Qwen3-MoE: RMSNorm over each head's head_dim features
       kernels::RmsNorm(q_.data(), t * heads, hd, w.q_norm, eps, q_.data());
