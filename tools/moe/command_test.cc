@@ -14,8 +14,8 @@ using ::testing::HasSubstr;
 
 TEST(ArgsTest, ParsesValuesSwitchesAndPositionals) {
   ASSERT_OK_AND_ASSIGN(Args args, Args::Parse({"--model", "m", "--json", "--max-tokens=5", "x",
-                                                "--set", "a=1", "--set", "b=2"},
-                                               {"json"}));
+                                               "--set", "a=1", "--set", "b=2"},
+                                              {"json"}));
   EXPECT_EQ(args.GetOr("model", ""), "m");
   EXPECT_TRUE(args.Has("json"));
   EXPECT_THAT(args.GetInt("max-tokens", 0), IsOkAndHolds(5));
@@ -24,8 +24,8 @@ TEST(ArgsTest, ParsesValuesSwitchesAndPositionals) {
 }
 
 TEST(ArgsTest, ErrorsNameTheFlag) {
-  EXPECT_THAT(Args::Parse({"--model"}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                 HasSubstr("--model")));
+  EXPECT_THAT(Args::Parse({"--model"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--model")));
   ASSERT_OK_AND_ASSIGN(Args args, Args::Parse({"--max-tokens", "abc", "--bogus", "1"}));
   EXPECT_THAT(args.GetInt("max-tokens", 0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'abc'")));
