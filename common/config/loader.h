@@ -14,6 +14,9 @@
 // Unknown keys are always an error (a typo must not be silently ignored).
 #pragma once
 
+#include <cstdio>
+#include <optional>
+
 #include <span>
 #include <string>
 #include <vector>
@@ -94,6 +97,29 @@ std::string DumpYaml(const O& opts) {
 template <Describable O>
 std::string DescribeKeys(const O& defaults = O{}) {
   return internal::DescribeKeys(SchemaOf<O>(), &defaults);
+}
+
+// The common front of a service's main(): parses the command line; answers --help (the keys) and
+// --print_config (the effective YAML) on stdout; otherwise loads the options (defaults, file,
+// --set overrides) and validates them. Returns nullopt when the process should exit 0 without
+// starting (after --help or --print_config); errors name the key and value.
+template <Describable O>
+absl::StatusOr<std::optional<O>> LoadServiceOptions(int argc, const char* const* argv,
+                                                    std::span<const FlagAlias> aliases = {}) {
+  absl::StatusOr<CommandLine> cl = ParseCommandLine(argc, argv, aliases);
+  if (!cl.ok()) return cl.status();
+  if (cl->help) {
+    std::fputs(DescribeKeys<O>().c_str(), stdout);
+    return std::nullopt;
+  }
+  absl::StatusOr<O> options = LoadOptions<O>(*cl);
+  if (!options.ok()) return options.status();
+  if (cl->print_config) {
+    std::fputs(DumpYaml(*options).c_str(), stdout);
+    return std::nullopt;
+  }
+  if (absl::Status s = options->Validate(); !s.ok()) return s;
+  return std::optional<O>(*std::move(options));
 }
 
 }  // namespace moe::common::config

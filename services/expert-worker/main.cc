@@ -29,19 +29,10 @@ const common::config::FlagAlias kAliases[] = {
 };
 
 absl::Status Run(int argc, char** argv) {
-  auto cl = common::config::ParseCommandLine(argc, argv, kAliases);
-  if (!cl.ok()) return cl.status();
-  if (cl->help) {
-    std::fputs(common::config::DescribeKeys<expert_worker::ExpertWorkerOptions>().c_str(), stdout);
-    return absl::OkStatus();
-  }
-  auto options = common::config::LoadOptions<expert_worker::ExpertWorkerOptions>(*cl);
-  if (!options.ok()) return options.status();
-  if (cl->print_config) {
-    std::fputs(common::config::DumpYaml(*options).c_str(), stdout);
-    return absl::OkStatus();
-  }
-  if (absl::Status s = options->Validate(); !s.ok()) return s;
+  auto loaded = common::config::LoadServiceOptions<expert_worker::ExpertWorkerOptions>(argc, argv, kAliases);
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered
+  std::optional<expert_worker::ExpertWorkerOptions>& options = *loaded;
   common::SetLogLevel(options->log_level);
 
   common::metrics::Registry registry;

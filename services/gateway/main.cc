@@ -37,19 +37,10 @@ const common::config::FlagAlias kAliases[] = {
 };
 
 absl::Status Run(int argc, char** argv) {
-  auto cl = common::config::ParseCommandLine(argc, argv, kAliases);
-  if (!cl.ok()) return cl.status();
-  if (cl->help) {
-    std::fputs(common::config::DescribeKeys<gateway::GatewayOptions>().c_str(), stdout);
-    return absl::OkStatus();
-  }
-  auto options = common::config::LoadOptions<gateway::GatewayOptions>(*cl);
-  if (!options.ok()) return options.status();
-  if (cl->print_config) {
-    std::fputs(common::config::DumpYaml(*options).c_str(), stdout);
-    return absl::OkStatus();
-  }
-  if (absl::Status s = options->Validate(); !s.ok()) return s;
+  auto loaded = common::config::LoadServiceOptions<gateway::GatewayOptions>(argc, argv, kAliases);
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered
+  std::optional<gateway::GatewayOptions>& options = *loaded;
   common::SetLogLevel(options->log_level);
 
   auto tokenizer = tokenizer::Tokenizer::FromFile(options->model_dir);

@@ -39,19 +39,10 @@ std::string HostName() {
 }
 
 absl::Status Run(int argc, char** argv) {
-  auto cl = common::config::ParseCommandLine(argc, argv, kAliases);
-  if (!cl.ok()) return cl.status();
-  if (cl->help) {
-    std::fputs(common::config::DescribeKeys<router::RouterOptions>().c_str(), stdout);
-    return absl::OkStatus();
-  }
-  auto options = common::config::LoadOptions<router::RouterOptions>(*cl);
-  if (!options.ok()) return options.status();
-  if (cl->print_config) {
-    std::fputs(common::config::DumpYaml(*options).c_str(), stdout);
-    return absl::OkStatus();
-  }
-  if (absl::Status s = options->Validate(); !s.ok()) return s;
+  auto loaded = common::config::LoadServiceOptions<router::RouterOptions>(argc, argv, kAliases);
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered
+  std::optional<router::RouterOptions>& options = *loaded;
   common::SetLogLevel(options->log_level);
 
   common::metrics::Registry registry;
