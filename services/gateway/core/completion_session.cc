@@ -154,6 +154,12 @@ void CompletionSession::FinishLocked(FinishReason reason, std::optional<Usage> u
   finished_ = true;
   Usage u = usage.value_or(Usage{params_.prompt_tokens, tokens_seen_, 0});
   if (u.prompt_tokens == 0) u.prompt_tokens = params_.prompt_tokens;
+  metrics_->prompt_tokens_total.Increment(u.prompt_tokens);
+  metrics_->generation_tokens_total.Increment(u.completion_tokens);
+  metrics_->cached_prompt_tokens_total.Increment(u.cached_prompt_tokens);
+  // Account for the request (metrics, in-flight slot) before the client can see its end, so a
+  // client that reads the last byte and then scrapes /metrics or sends again sees it finished.
+  EndLocked(reason);
   if (params_.stream) {
     EnsureStreamStartedLocked();
     std::vector<RenderedLogprob> none;
@@ -169,15 +175,13 @@ void CompletionSession::FinishLocked(FinishReason reason, std::optional<Usage> u
         RenderResponse(params_.meta, text_, reason, u, params_.logprobs ? &logprobs_ : nullptr);
     writer_->Send(std::move(response));
   }
-  metrics_->prompt_tokens_total.Increment(u.prompt_tokens);
-  metrics_->generation_tokens_total.Increment(u.completion_tokens);
-  metrics_->cached_prompt_tokens_total.Increment(u.cached_prompt_tokens);
-  EndLocked(reason);
 }
 
 void CompletionSession::FailLocked(const absl::Status& status) {
   finished_ = true;
   ApiError error = ApiError::FromStatus(status, params_.retry_after_s);
+  EndLocked(status.code() == absl::StatusCode::kCancelled ? FinishReason::kAbort
+                                                          : FinishReason::kError);
   if (stream_started_) {
     writer_->Write(SseEvent(error.ToJson()));
     writer_->Write(std::string(kSseDone));
@@ -185,8 +189,6 @@ void CompletionSession::FailLocked(const absl::Status& status) {
   } else {
     writer_->Send(error.ToResponse());
   }
-  EndLocked(status.code() == absl::StatusCode::kCancelled ? FinishReason::kAbort
-                                                          : FinishReason::kError);
 }
 
 void CompletionSession::EndLocked(FinishReason reason) {
