@@ -16,7 +16,6 @@
 
 #include <cstdio>
 #include <optional>
-
 #include <span>
 #include <string>
 #include <vector>

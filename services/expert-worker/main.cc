@@ -29,7 +29,8 @@ const common::config::FlagAlias kAliases[] = {
 };
 
 absl::Status Run(int argc, char** argv) {
-  auto loaded = common::config::LoadServiceOptions<expert_worker::ExpertWorkerOptions>(argc, argv, kAliases);
+  auto loaded =
+      common::config::LoadServiceOptions<expert_worker::ExpertWorkerOptions>(argc, argv, kAliases);
   if (!loaded.ok()) return loaded.status();
   if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered
   std::optional<expert_worker::ExpertWorkerOptions>& options = *loaded;
