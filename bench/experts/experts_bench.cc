@@ -101,6 +101,7 @@ absl::StatusOr<BenchReport> RunExpertsBench(const SuiteOptions& o) {
   const int router_threads = std::max(1, threads / 2);
   const int worker_threads = std::max(1, (threads - router_threads) / 2);
   common::metrics::Registry registry;
+  std::vector<std::unique_ptr<common::metrics::Registry>> worker_registries;
   std::vector<std::unique_ptr<expert_worker::ExpertWorkerCore>> cores;
   std::vector<std::unique_ptr<expert_worker::ExpertWorkerServer>> services;
   std::vector<std::unique_ptr<common::rpc::ServerRunner>> runners;
@@ -111,8 +112,10 @@ absl::StatusOr<BenchReport> RunExpertsBench(const SuiteOptions& o) {
     wo.model_dir = dir;
     wo.experts = {absl::StrCat("*:", w * ne / 2, "-", (w + 1) * ne / 2 - 1)};
     wo.threads_per_call = worker_threads;
-    ASSIGN_OR_RETURN(auto core, expert_worker::ExpertWorkerCore::Create(
-                                    wo, nullptr, &common::SystemClock::Get()));
+    worker_registries.push_back(std::make_unique<common::metrics::Registry>());
+    ASSIGN_OR_RETURN(auto core,
+                     expert_worker::ExpertWorkerCore::Create(wo, worker_registries.back().get(),
+                                                             &common::SystemClock::Get()));
     RETURN_IF_ERROR(core->WarmUp());
     auto service = std::make_unique<expert_worker::ExpertWorkerServer>(core.get());
     common::rpc::ServerOptions so;
@@ -153,6 +156,17 @@ absl::StatusOr<BenchReport> RunExpertsBench(const SuiteOptions& o) {
               "ms",
               {{"what", "mean per-layer dispatch until all outputs are back (router side)"},
                {"calls", calls}},
+              std::nullopt});
+
+  double busy = 0, wcalls = 0;
+  for (auto& r : worker_registries) {
+    busy += r->Value("moe_expert_worker_busy_seconds_total").value_or(0);
+    wcalls += r->Value("moe_expert_worker_calls_total").value_or(0);
+  }
+  report.Add({"expert_worker_compute_ms",
+              wcalls > 0 ? 1e3 * busy / wcalls : 0,
+              "ms",
+              {{"what", "mean compute per RunExperts call on a worker"}, {"calls", wcalls}},
               std::nullopt});
 
   // Placement simulation: Zipf(1.2) over 256 experts, 64 workers x (4 + 1) slots.
