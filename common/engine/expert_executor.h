@@ -57,6 +57,12 @@ class ExpertExecutor {
                                     std::vector<int32_t>* unavailable_experts) {
     return Await(handle);
   }
+
+  // True when a submitted call runs elsewhere (another process, device or thread) while the
+  // caller goes on, so that the caller gains by doing other work before Await: the engine then
+  // splits a step into micro-batches (EngineOptions::micro_batches). False when the work runs
+  // inside Submit on the caller's threads, where splitting would only read the weights twice.
+  virtual bool RunsConcurrently() const { return false; }
 };
 
 }  // namespace moe::engine

@@ -100,6 +100,7 @@ class RemoteExpertExecutor final : public engine::ExpertExecutor {
   absl::Status Await(engine::ExpertCallHandle handle) override;
   absl::Status AwaitPartial(engine::ExpertCallHandle handle,
                             std::vector<int32_t>* unavailable_experts) override;
+  bool RunsConcurrently() const override { return true; }
 
   // Switches new calls to `table` and waits (up to drain_timeout) until no call submitted under
   // an older version is outstanding. Returns the previous version. Errors: InvalidArgument
