@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/engine/local_expert_executor.h"
 
 namespace moe::engine {
@@ -49,6 +50,14 @@ absl::Status EngineOptions::Validate() const {
   if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("engine: max_batch_tokens ", max_batch_tokens, " out of range [1, 1048576]"));
+  }
+  if (micro_batches < 1 || micro_batches > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: micro_batches ", micro_batches, " out of range [1, 2]"));
+  }
+  if (micro_batch_min_tokens < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: micro_batch_min_tokens ", micro_batch_min_tokens, " must be >= 2"));
   }
   if (kv_num_blocks < 0 || (kv_num_blocks == 0 && kv_cache_bytes <= 0)) {
     return absl::InvalidArgumentError(
@@ -110,10 +119,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelConfig&
     e->topk_ids_.resize(t * k);
     e->topk_weights_.resize(t * k);
     e->slot_of_.resize(t * k);
-    e->expert_fill_.resize(config.num_experts);
     e->packed_in_.resize(t * k * hidden);
     e->packed_out_.resize(t * k * hidden);
-    e->call_.batches.reserve(config.num_experts);
+    for (MicroBatch& mb : e->micro_) {
+      mb.counts.resize(config.num_experts);
+      mb.fill.resize(config.num_experts);
+      mb.call.batches.reserve(config.num_experts);
+    }
   }
   e->shared_gate_.resize(t);
   return e;
@@ -264,20 +276,25 @@ absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
   out->expert_tokens.assign(
       static_cast<size_t>(config_.num_hidden_layers * std::max<int64_t>(config_.num_experts, 0)),
       0);
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  PlanMicroBatches(items, t);
+  // Ping-pong: layer l of micro-batch 1 (attention, gate, submit) runs while the experts of
+  // micro-batch 0's layer l are away, and micro-batch 0's layer l+1 while micro-batch 1's are.
+  // With one micro-batch this is the plain layer-by-layer order.
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    const model::LayerWeights& w = weights_.layers[l];
-    kernels::RmsNorm(x_.data(), t, hidden, w.input_norm, eps, h_.data());
-    Attention(l, t);
-    for (int64_t i = 0; i < t * hidden; ++i) x_[i] += proj_[i];
-
-    kernels::RmsNorm(x_.data(), t, hidden, w.post_attn_norm, eps, h_.data());
-    if (config_.IsMoeLayer(l)) {
-      if (absl::Status s = MoeBlock(l, t, out); !s.ok()) return s;
-    } else {
-      RunSwiGlu(h_.data(), t, w.dense_mlp, &ffn_scratch_, proj_.data(), pool_.get());
+    for (int m = 0; m < num_micro_; ++m) {
+      absl::Status s = l > 0 ? FinishFfn(micro_[m], l - 1) : absl::OkStatus();
+      if (s.ok()) s = StartLayer(micro_[m], l, out);
+      if (!s.ok()) {
+        DrainPending();
+        return s;
+      }
     }
-    for (int64_t i = 0; i < t * hidden; ++i) x_[i] += proj_[i];
+  }
+  for (int m = 0; m < num_micro_; ++m) {
+    if (absl::Status s = FinishFfn(micro_[m], config_.num_hidden_layers - 1); !s.ok()) {
+      DrainPending();
+      return s;
+    }
   }
   ComputeLogits(items, t, out);
   out->item_status.assign(items.size(), absl::OkStatus());
@@ -297,124 +314,206 @@ absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
   return absl::OkStatus();
 }
 
-void Engine::Attention(int64_t layer_idx, int64_t t) {
+void Engine::PlanMicroBatches(absl::Span<const StepItem> items, int64_t t) {
+  num_micro_ = 1;
+  micro_[0].row0 = 0;
+  micro_[0].t = t;
+  if (options_.micro_batches < 2 || items.size() < 2 || t < options_.micro_batch_min_tokens ||
+      config_.num_experts == 0 || !experts_->RunsConcurrently()) {
+    return;
+  }
+  // Cut at the item boundary closest to half the tokens (each side keeps >= 1 item).
+  int64_t best = 0, before = 0;
+  for (size_t i = 0; i + 1 < items.size(); ++i) {
+    before += static_cast<int64_t>(items[i].token_ids.size());
+    if (best == 0 || std::abs(2 * before - t) < std::abs(2 * best - t)) best = before;
+  }
+  num_micro_ = 2;
+  micro_[0].t = best;
+  micro_[1].row0 = best;
+  micro_[1].t = t - best;
+}
+
+void Engine::DrainPending() {
+  std::vector<int32_t> ignored;
+  for (MicroBatch& mb : micro_) {
+    if (mb.pending) {
+      mb.pending = false;
+      experts_->AwaitPartial(mb.handle, &ignored).IgnoreError();
+    }
+  }
+}
+
+absl::Status Engine::StartLayer(MicroBatch& mb, int64_t l, StepOutput* out) {
+  const model::LayerWeights& w = weights_.layers[l];
+  const int64_t hidden = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  float* x = x_.data() + mb.row0 * hidden;
+  float* h = h_.data() + mb.row0 * hidden;
+  float* proj = proj_.data() + mb.row0 * hidden;
+  kernels::RmsNorm(x, mb.t, hidden, w.input_norm, eps, h);
+  Attention(mb, l);
+  for (int64_t i = 0; i < mb.t * hidden; ++i) x[i] += proj[i];
+  kernels::RmsNorm(x, mb.t, hidden, w.post_attn_norm, eps, h);
+  if (config_.IsMoeLayer(l)) return SubmitExperts(mb, l, out);
+  RunSwiGlu(h, mb.t, w.dense_mlp, &ffn_scratch_, proj, pool_.get());
+  return absl::OkStatus();
+}
+
+absl::Status Engine::FinishFfn(MicroBatch& mb, int64_t l) {
+  if (config_.IsMoeLayer(l)) RETURN_IF_ERROR(CombineExperts(mb, l));
+  const int64_t hidden = config_.hidden_size;
+  float* x = x_.data() + mb.row0 * hidden;
+  const float* proj = proj_.data() + mb.row0 * hidden;
+  for (int64_t i = 0; i < mb.t * hidden; ++i) x[i] += proj[i];
+  return absl::OkStatus();
+}
+
+void Engine::Attention(const MicroBatch& mb, int64_t layer_idx) {
   const model::LayerWeights& w = weights_.layers[layer_idx];
   const model::ModelConfig& c = config_;
   const int64_t heads = c.num_attention_heads;
   const int64_t kv_heads = c.num_key_value_heads;
   const int64_t hd = c.head_dim;
+  const int64_t t = mb.t;
   const float eps = static_cast<float>(c.rms_norm_eps);
   kernels::ThreadPool* pool = pool_.get();
+  const float* h = h_.data() + mb.row0 * c.hidden_size;
+  float* q = q_.data() + mb.row0 * heads * hd;
+  float* k = k_.data() + mb.row0 * kv_heads * hd;
+  float* v = v_.data() + mb.row0 * kv_heads * hd;
+  float* attn = attn_.data() + mb.row0 * heads * hd;
+  const int32_t* positions = positions_.data() + mb.row0;
+  const kernels::AttentionToken* tokens = tokens_.data() + mb.row0;
 
   // q, k and v in one parallel region (one fork/join).
   const bool bias = c.attention_bias;
-  const kernels::MatMulTask qkv[] = {
-      {h_.data(), t, w.q_proj, q_.data(), bias ? &w.q_bias : nullptr},
-      {h_.data(), t, w.k_proj, k_.data(), bias ? &w.k_bias : nullptr},
-      {h_.data(), t, w.v_proj, v_.data(), bias ? &w.v_bias : nullptr}};
+  const kernels::MatMulTask qkv[] = {{h, t, w.q_proj, q, bias ? &w.q_bias : nullptr},
+                                     {h, t, w.k_proj, k, bias ? &w.k_bias : nullptr},
+                                     {h, t, w.v_proj, v, bias ? &w.v_bias : nullptr}};
   kernels::MatMulMany(qkv, 3, pool);
   if (c.qk_norm) {
     if (c.qk_norm_per_head) {  // Qwen3-MoE: RMSNorm over each head's head_dim features
-      kernels::RmsNorm(q_.data(), t * heads, hd, w.q_norm, eps, q_.data());
-      kernels::RmsNorm(k_.data(), t * kv_heads, hd, w.k_norm, eps, k_.data());
+      kernels::RmsNorm(q, t * heads, hd, w.q_norm, eps, q);
+      kernels::RmsNorm(k, t * kv_heads, hd, w.k_norm, eps, k);
     } else {  // OLMoE: over the whole projection
-      kernels::RmsNorm(q_.data(), t, heads * hd, w.q_norm, eps, q_.data());
-      kernels::RmsNorm(k_.data(), t, kv_heads * hd, w.k_norm, eps, k_.data());
+      kernels::RmsNorm(q, t, heads * hd, w.q_norm, eps, q);
+      kernels::RmsNorm(k, t, kv_heads * hd, w.k_norm, eps, k);
     }
   }
   if (c.clip_qkv > 0) {  // OLMoE clamps after the q/k norms
     const float lim = static_cast<float>(c.clip_qkv);
-    for (std::vector<float>* buf : {&q_, &k_, &v_}) {
-      const int64_t n = t * (buf == &q_ ? heads : kv_heads) * hd;
-      for (int64_t i = 0; i < n; ++i) (*buf)[i] = std::clamp((*buf)[i], -lim, lim);
+    for (float* buf : {q, k, v}) {
+      const int64_t n = t * (buf == q ? heads : kv_heads) * hd;
+      for (int64_t i = 0; i < n; ++i) buf[i] = std::clamp(buf[i], -lim, lim);
     }
   }
   const float theta = static_cast<float>(c.rope_theta);
-  kernels::ApplyRope(q_.data(), t, heads, hd, hd, positions_.data(), theta);
-  kernels::ApplyRope(k_.data(), t, kv_heads, hd, hd, positions_.data(), theta);
-  kernels::WriteKv(k_.data(), v_.data(), t, tokens_.data(), kv_->layout(), kv_->k(layer_idx),
-                   kv_->v(layer_idx));
-  kernels::PagedAttention(q_.data(), t, heads, tokens_.data(), kv_->layout(), kv_->k(layer_idx),
-                          kv_->v(layer_idx), attn_scale_, attn_.data(), pool);
-  kernels::MatMul(attn_.data(), t, w.o_proj, proj_.data(), pool,
+  kernels::ApplyRope(q, t, heads, hd, hd, positions, theta);
+  kernels::ApplyRope(k, t, kv_heads, hd, hd, positions, theta);
+  kernels::WriteKv(k, v, t, tokens, kv_->layout(), kv_->k(layer_idx), kv_->v(layer_idx));
+  kernels::PagedAttention(q, t, heads, tokens, kv_->layout(), kv_->k(layer_idx), kv_->v(layer_idx),
+                          attn_scale_, attn, pool);
+  kernels::MatMul(attn, t, w.o_proj, proj_.data() + mb.row0 * c.hidden_size, pool,
                   c.o_proj_bias ? &w.o_bias : nullptr);
 }
 
-absl::Status Engine::MoeBlock(int64_t layer_idx, int64_t t, StepOutput* out) {
+absl::Status Engine::SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput* out) {
   const model::LayerWeights& w = weights_.layers[layer_idx];
   const model::ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
   const int64_t ne = c.num_experts;
   const int64_t k = c.num_experts_per_tok;
+  const int64_t t = mb.t;
   // Mixtral always renormalises its top-k; Qwen and OLMoE follow norm_topk_prob.
   const bool normalize = c.arch == Arch::kMixtral || c.norm_topk_prob;
+  const float* h = h_.data() + mb.row0 * hidden;
+  int32_t* topk_ids = topk_ids_.data() + mb.row0 * k;
+  int32_t* slot_of = slot_of_.data() + mb.row0 * k;
+  float* packed_in = packed_in_.data() + mb.row0 * k * hidden;
+  float* packed_out = packed_out_.data() + mb.row0 * k * hidden;
 
-  kernels::MatMul(h_.data(), t, w.router, gate_logits_.data(), pool_.get());
-  kernels::TopKGating(gate_logits_.data(), t, ne, k, normalize,
-                      {topk_ids_.data(), topk_weights_.data()});
+  float* gate_logits = gate_logits_.data() + mb.row0 * ne;
+  kernels::MatMul(h, t, w.router, gate_logits, pool_.get());
+  kernels::TopKGating(gate_logits, t, ne, k, normalize,
+                      {topk_ids, topk_weights_.data() + mb.row0 * k});
 
   // Group (token, j) pairs by expert: counting sort, tokens in increasing order inside a group.
-  int64_t* counts = out->expert_tokens.data() + layer_idx * ne;
-  for (int64_t i = 0; i < t * k; ++i) ++counts[topk_ids_[i]];
+  std::fill(mb.counts.begin(), mb.counts.end(), 0);
+  for (int64_t i = 0; i < t * k; ++i) ++mb.counts[topk_ids[i]];
+  int64_t* layer_counts = out->expert_tokens.data() + layer_idx * ne;
   int64_t offset = 0;
-  call_.layer_idx = static_cast<int32_t>(layer_idx);
-  call_.hidden = hidden;
-  call_.batches.clear();
+  mb.call.layer_idx = static_cast<int32_t>(layer_idx);
+  mb.call.hidden = hidden;
+  mb.call.batches.clear();
   for (int64_t e = 0; e < ne; ++e) {
-    expert_fill_[e] = offset;
-    if (counts[e] > 0) {
-      call_.batches.push_back({static_cast<int32_t>(e), counts[e],
-                               packed_in_.data() + offset * hidden,
-                               packed_out_.data() + offset * hidden});
+    layer_counts[e] += mb.counts[e];
+    mb.fill[e] = offset;
+    if (mb.counts[e] > 0) {
+      mb.call.batches.push_back({static_cast<int32_t>(e), mb.counts[e], packed_in + offset * hidden,
+                                 packed_out + offset * hidden});
     }
-    offset += counts[e];
+    offset += mb.counts[e];
   }
   for (int64_t i = 0; i < t * k; ++i) {
-    const int64_t slot = expert_fill_[topk_ids_[i]]++;
-    slot_of_[i] = static_cast<int32_t>(slot);
-    std::memcpy(packed_in_.data() + slot * hidden, h_.data() + (i / k) * hidden,
+    const int64_t slot = mb.fill[topk_ids[i]]++;
+    slot_of[i] = static_cast<int32_t>(slot);
+    std::memcpy(packed_in + slot * hidden, h + (i / k) * hidden,
                 static_cast<size_t>(hidden) * sizeof(float));
   }
-  auto handle = experts_->Submit(call_);
-  if (!handle.ok()) return handle.status();
+  ASSIGN_OR_RETURN(mb.handle, experts_->Submit(mb.call));
+  mb.pending = true;
 
   // The shared expert runs here while the routed experts are (possibly) elsewhere.
-  const bool shared = c.shared_expert_intermediate_size > 0;
-  if (shared) {
-    RunSwiGlu(h_.data(), t, w.shared_expert, &ffn_scratch_, proj_.data(), pool_.get());
-    kernels::MatMul(h_.data(), t, w.shared_expert_gate, shared_gate_.data(), pool_.get());
+  if (c.shared_expert_intermediate_size > 0) {
+    RunSwiGlu(h, t, w.shared_expert, &ffn_scratch_, proj_.data() + mb.row0 * hidden, pool_.get());
+    kernels::MatMul(h, t, w.shared_expert_gate, shared_gate_.data() + mb.row0, pool_.get());
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CombineExperts(MicroBatch& mb, int64_t layer_idx) {
+  const model::ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  const int64_t k = c.num_experts_per_tok;
+  const int64_t t = mb.t;
+  mb.pending = false;
   unavailable_.clear();
-  if (absl::Status s = experts_->AwaitPartial(*handle, &unavailable_); !s.ok()) return s;
+  RETURN_IF_ERROR(experts_->AwaitPartial(mb.handle, &unavailable_));
+  const int32_t* topk_ids = topk_ids_.data() + mb.row0 * k;
+  const float* topk_weights = topk_weights_.data() + mb.row0 * k;
+  const int32_t* slot_of = slot_of_.data() + mb.row0 * k;
+  const float* packed_out = packed_out_.data() + mb.row0 * k * hidden;
   if (!unavailable_.empty()) {
     // Tokens that needed an unavailable expert fail (their sequences end with the error); the
     // other rows never read them, so the rest of the batch stays exact.
     if (failure_.empty()) {
-      failure_ = absl::StrCat("no live replica of expert ", unavailable_.front(), " of layer ",
-                              layer_idx);
+      failure_ =
+          absl::StrCat("no live replica of expert ", unavailable_.front(), " of layer ", layer_idx);
     }
     for (int64_t i = 0; i < t * k; ++i) {
-      if (std::find(unavailable_.begin(), unavailable_.end(), topk_ids_[i]) !=
-          unavailable_.end()) {
-        row_failed_[i / k] = 1;
+      if (std::find(unavailable_.begin(), unavailable_.end(), topk_ids[i]) != unavailable_.end()) {
+        row_failed_[mb.row0 + i / k] = 1;
       }
     }
   }
 
   // Combine in each token's top-k order, then add the gated shared expert: a fixed order per row.
+  const bool shared = c.shared_expert_intermediate_size > 0;
   for (int64_t i = 0; i < t; ++i) {
-    float* acc = h_.data() + i * hidden;  // h_ is free again: reuse it as the accumulator
-    const float* o0 = packed_out_.data() + static_cast<int64_t>(slot_of_[i * k]) * hidden;
-    const float w0 = topk_weights_[i * k];
+    const int64_t r = mb.row0 + i;
+    float* acc = h_.data() + r * hidden;  // h_ is free again: reuse it as the accumulator
+    const float* o0 = packed_out + static_cast<int64_t>(slot_of[i * k]) * hidden;
+    const float w0 = topk_weights[i * k];
     for (int64_t d = 0; d < hidden; ++d) acc[d] = w0 * o0[d];
     for (int64_t j = 1; j < k; ++j) {
-      const float* o = packed_out_.data() + static_cast<int64_t>(slot_of_[i * k + j]) * hidden;
-      const float wj = topk_weights_[i * k + j];
+      const float* o = packed_out + static_cast<int64_t>(slot_of[i * k + j]) * hidden;
+      const float wj = topk_weights[i * k + j];
       for (int64_t d = 0; d < hidden; ++d) acc[d] += wj * o[d];
     }
-    float* dst = proj_.data() + i * hidden;
+    float* dst = proj_.data() + r * hidden;
     if (shared) {
-      const float g = 1.0f / (1.0f + std::exp(-shared_gate_[i]));
+      const float g = 1.0f / (1.0f + std::exp(-shared_gate_[r]));
       for (int64_t d = 0; d < hidden; ++d) dst[d] = acc[d] + g * dst[d];
     } else {
       std::memcpy(dst, acc, static_cast<size_t>(hidden) * sizeof(float));

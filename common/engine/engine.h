@@ -41,6 +41,13 @@ struct EngineOptions {
   int64_t kv_num_blocks = 0;             // > 0: exact block count (overrides the budget)
   int64_t block_size = 16;               // tokens per KV block
   int64_t max_batch_tokens = 2048;       // most tokens (all items) in one Step
+  // Micro-batch ping-pong when the experts run concurrently (ExpertExecutor::RunsConcurrently):
+  // a step of at least `micro_batch_min_tokens` tokens and two or more items is split into two
+  // micro-batches at an item boundary, and the dense part (attention, gate, shared expert) of
+  // one runs while the routed experts of the other are away. 1 = never split. Results are
+  // bitwise the same either way (batch invariance).
+  int micro_batches = 2;
+  int64_t micro_batch_min_tokens = 8;
   // InvalidArgument naming the field when a value is out of range.
   absl::Status Validate() const;
 };
@@ -113,8 +120,32 @@ class Engine {
          const EngineOptions& options);
   absl::Status CheckWeights() const;
   absl::Status ValidateItems(absl::Span<const StepItem> items, int64_t* num_tokens) const;
-  void Attention(int64_t layer_idx, int64_t t);
-  absl::Status MoeBlock(int64_t layer_idx, int64_t t, StepOutput* out);
+
+  // A micro-batch: rows [row0, row0 + t) of the step. Every per-token buffer below is indexed by
+  // the step's row (packed expert buffers by row * k), so micro-batches share them without
+  // overlapping; only the expert call in flight is per micro-batch.
+  struct MicroBatch {
+    int64_t row0 = 0;
+    int64_t t = 0;
+    std::vector<int64_t> counts;  // [num_experts] this micro-batch's rows per expert
+    std::vector<int64_t> fill;    // [num_experts] counting-sort cursors
+    ExpertCall call;
+    ExpertCallHandle handle = 0;
+    bool pending = false;  // `handle` submitted, not yet awaited
+  };
+  // Splits the step's items into micro-batches (one, or two balanced by tokens).
+  void PlanMicroBatches(absl::Span<const StepItem> items, int64_t t);
+  // Layer `l` up to its FFN: input norm, attention, residual, post-attention norm; then the FFN:
+  // a dense MLP runs now; an MoE layer's gate runs, its routed experts are submitted and its
+  // shared expert runs while they are away. FinishFfn awaits them and adds the FFN output to
+  // the residual stream.
+  absl::Status StartLayer(MicroBatch& mb, int64_t l, StepOutput* out);
+  absl::Status FinishFfn(MicroBatch& mb, int64_t l);
+  void Attention(const MicroBatch& mb, int64_t layer_idx);
+  absl::Status SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput* out);
+  absl::Status CombineExperts(MicroBatch& mb, int64_t layer_idx);
+  // Awaits every call still in flight (after an error: their buffers must outlive them).
+  void DrainPending();
   void ComputeLogits(absl::Span<const StepItem> items, int64_t t, StepOutput* out);
 
   const model::ModelConfig& config_;
@@ -138,16 +169,16 @@ class Engine {
   std::vector<int32_t> topk_ids_;                // [T, k]
   std::vector<float> topk_weights_;              // [T, k]
   std::vector<int32_t> slot_of_;      // [T, k] row of (token, j) in the packed expert buffers
-  std::vector<int64_t> expert_fill_;  // [num_experts]
-  std::vector<float> packed_in_;      // [T*k, hidden] rows grouped by expert
+  std::vector<float> packed_in_;      // [T*k, hidden] a micro-batch's rows grouped by expert
   std::vector<float> packed_out_;     // [T*k, hidden]
   std::vector<float> shared_gate_;    // [T]
   std::vector<uint8_t> row_failed_;   // [T] a token routed to an unavailable expert this step
   std::vector<int32_t> unavailable_;  // expert ids the executor could not run (one layer)
   std::string failure_;               // what the first unavailable expert was, for item_status
   std::vector<float> logit_rows_;     // [rows, hidden] normed final hidden states of wanted rows
-  ExpertCall call_;
-  FfnScratch ffn_scratch_;
+  FfnScratch ffn_scratch_;            // dense MLP / shared expert (one micro-batch at a time)
+  MicroBatch micro_[2];
+  int num_micro_ = 1;
 };
 
 }  // namespace moe::engine

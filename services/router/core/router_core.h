@@ -38,6 +38,11 @@ struct RouterCoreOptions {
   int block_size = 16;
   // Automatic prefix caching of full KV blocks (off = every prompt is prefilled in full).
   bool enable_prefix_caching = true;
+  // Remote experts only: split a step into this many micro-batches (2 = ping-pong: attention of
+  // one while the experts of the other are away; 1 = off), when it has at least
+  // micro_batch_min_tokens tokens (EngineOptions).
+  int micro_batches = 2;
+  int micro_batch_min_tokens = 8;
   SchedulerOptions scheduler;
 
   static void Describe(common::config::Schema<RouterCoreOptions>& s) {
@@ -49,6 +54,12 @@ struct RouterCoreOptions {
     s.Add("block_size", &RouterCoreOptions::block_size, "tokens per KV block").Range(1, 1024);
     s.Add("enable_prefix_caching", &RouterCoreOptions::enable_prefix_caching,
           "reuse cached prompt prefixes");
+    s.Add("micro_batches", &RouterCoreOptions::micro_batches,
+          "remote experts: micro-batches per step (2 = ping-pong)")
+        .Range(1, 2);
+    s.Add("micro_batch_min_tokens", &RouterCoreOptions::micro_batch_min_tokens,
+          "smallest step that is split")
+        .Range(2, 1 << 20);
     s.Section("scheduler", &RouterCoreOptions::scheduler);
   }
   absl::Status Validate() const;
