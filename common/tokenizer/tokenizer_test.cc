@@ -12,6 +12,7 @@
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "common/tokenizer/incremental_detokenizer.h"
+#include "common/tokenizer/testing/sp_tokenizer_json.h"
 #include "common/tokenizer/unicode.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -24,73 +25,17 @@ using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr char kSp[] = "\xE2\x96\x81";  // ▁
+constexpr const char* kSp = testing::kSpacePiece;  // ▁
 
 // A SentencePiece-style (Mistral-like) tokenizer: <unk> <s> </s>, 256 byte tokens, a few pieces.
 json SpTokenizer() {
-  json vocab = json::object();
-  vocab["<unk>"] = 0;
-  vocab["<s>"] = 1;
-  vocab["</s>"] = 2;
-  for (int b = 0; b < 256; ++b) vocab[absl::StrFormat("<0x%02X>", b)] = 3 + b;
-  int next = 259;
   const std::string sp = kSp;
-  for (const std::string& t : {sp, std::string("a"), std::string("b"), std::string("c"),
-                               std::string("h"), std::string("i"), sp + "a", std::string("ab"),
-                               std::string("bc"), sp + "ab", sp + "h", sp + "hi", sp + sp}) {
-    vocab[t] = next++;
-  }
-  json merges =
-      json::array({sp + " a", "a b", "b c", sp + "a b", sp + " h", sp + "h i", sp + " " + sp});
-  json added = json::array();
-  for (int i = 0; i < 3; ++i) {
-    added.push_back({{"id", i},
-                     {"content", i == 0   ? "<unk>"
-                                 : i == 1 ? "<s>"
-                                          : "</s>"},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  return {
-      {"version", "1.0"},
-      {"added_tokens", added},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers",
-         json::array({{{"type", "Prepend"}, {"prepend", sp}},
-                      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}})}}},
-      {"pre_tokenizer", nullptr},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-      {"decoder",
-       {{"type", "Sequence"},
-        {"decoders",
-         json::array({{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
-                      {{"type", "ByteFallback"}},
-                      {{"type", "Fuse"}},
-                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
-      {"model",
-       {{"type", "BPE"},
-        {"unk_token", "<unk>"},
-        {"fuse_unk", true},
-        {"byte_fallback", true},
-        {"vocab", vocab},
-        {"merges", merges}}},
-  };
+  return testing::SentencePieceTokenizerJson(
+      {sp, "a", "b", "c", "h", "i", sp + "a", "ab", "bc", sp + "ab", sp + "h", sp + "hi", sp + sp},
+      {sp + " a", "a b", "b c", sp + "a b", sp + " h", sp + "h i", sp + " " + sp});
 }
 
-json SpConfig() {
-  return {{"bos_token", "<s>"},
-          {"eos_token", "</s>"},
-          {"add_bos_token", true},
-          {"chat_template", "{{ bos_token }}[INST]"}};
-}
+json SpConfig() { return testing::SentencePieceConfigJson("{{ bos_token }}[INST]"); }
 
 std::unique_ptr<Tokenizer> Load(const json& tok, const json& config = json::object()) {
   auto t = Tokenizer::FromJson(tok.dump(), config.dump());

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "common/tokenizer/unicode.h"
 #include "services/gateway/core/chat_template_value.h"
 
 namespace moe::gateway::jinja {
@@ -29,24 +30,6 @@ std::string NormalizeNewlines(std::string_view in) {
     }
   }
   return out;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 class Lexer {
@@ -388,7 +371,7 @@ class Lexer {
                ++k) {
             v = v * 8 + (src_[pos_++] - '0');
           }
-          AppendUtf8(v, &out);
+          tokenizer::AppendUtf8(v, &out);
           break;
         }
         case '\\':
@@ -420,7 +403,7 @@ class Lexer {
           }
           if (v > 0x10FFFF) return ErrorAt(pos_ - 2, "escape out of Unicode range");
           pos_ += len;
-          AppendUtf8(v, &out);
+          tokenizer::AppendUtf8(v, &out);
           break;
         }
         default:
