@@ -29,6 +29,106 @@ std::map<std::string, std::vector<model::ExpertKey>> PlacementDiff(const Placeme
   return out;
 }
 
+absl::StatusOr<ClusterLoad> AggregateLoad(absl::Span<const RouterLoadReport> reports) {
+  if (reports.empty()) return absl::FailedPreconditionError("no routers to recalibrate");
+  ClusterLoad load;
+  load.placement = reports[0].placement;
+  load.first_router_id = reports[0].router_id;
+  const PlacementTable& current = load.placement;
+  load.expert_tokens.assign(current.replicas.size(), 0);
+  for (const RouterLoadReport& r : reports) {
+    if (r.placement.version != current.version || r.placement.replicas != current.replicas ||
+        r.placement.workers != current.workers) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "routers disagree on the placement (", reports[0].router_id, " has v", current.version,
+          ", ", r.router_id, " has v", r.placement.version, "): rerun to converge"));
+    }
+    if (r.expert_tokens.size() != load.expert_tokens.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("router ", r.router_id, ": load window of another shape"));
+    }
+    for (size_t i = 0; i < r.expert_tokens.size(); ++i) load.expert_tokens[i] += r.expert_tokens[i];
+    for (const auto& [id, tokens] : r.worker_tokens) {
+      if (tokens.size() != static_cast<size_t>(current.num_layers)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("router ", r.router_id, ": worker ", id, " tokens of another shape"));
+      }
+      auto& dst = load.worker_tokens[id];
+      if (dst.empty()) dst.assign(tokens.size(), 0);
+      for (size_t l = 0; l < tokens.size(); ++l) dst[l] += tokens[l];
+    }
+  }
+  for (uint64_t t : load.expert_tokens) load.window_tokens += t;
+  return load;
+}
+
+std::vector<double> MeasuredBalancedness(const PlacementTable& table,
+                                         const WorkerTokens& worker_tokens) {
+  std::vector<double> out;
+  for (int64_t l = 0; l < table.num_layers; ++l) {
+    bool moe = false;
+    for (int64_t e = 0; e < table.num_experts && !moe; ++e) moe = !table.Replicas(l, e).empty();
+    if (!moe) {
+      out.push_back(1.0);
+      continue;
+    }
+    std::vector<double> loads;
+    for (const PlacementWorker& w : table.workers) {
+      auto it = worker_tokens.find(w.worker_id);
+      loads.push_back(it == worker_tokens.end() || static_cast<size_t>(l) >= it->second.size()
+                          ? 0.0
+                          : static_cast<double>(it->second[static_cast<size_t>(l)]));
+    }
+    out.push_back(Balancedness(loads));
+  }
+  return out;
+}
+
+bool HasWorkerTokens(const WorkerTokens& worker_tokens) {
+  for (const auto& [id, tokens] : worker_tokens) {
+    for (uint64_t t : tokens) {
+      if (t > 0) return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<RecalibrationReport> PlanRecalibration(const ClusterLoad& load,
+                                                      int slots_per_worker) {
+  const PlacementTable& current = load.placement;
+  if (current.workers.empty()) return absl::FailedPreconditionError("placement has no workers");
+  RecalibrationReport report;
+  report.window_tokens = load.window_tokens;
+  report.previous_version = current.version;
+  report.slots_per_worker =
+      slots_per_worker > 0 ? slots_per_worker : MaxExpertsPerWorker(current) + 1;
+  ASSIGN_OR_RETURN(
+      report.placement,
+      ComputePlacement(current, load.expert_tokens, report.slots_per_worker, current.version + 1));
+  report.version = report.placement.version;
+  report.balancedness_before = ExpectedBalancedness(current, load.expert_tokens);
+  report.balancedness_after = ExpectedBalancedness(report.placement, load.expert_tokens);
+  for (const auto& [a, keys] : PlacementDiff(current, report.placement)) {
+    report.experts_loaded += static_cast<int64_t>(keys.size());
+  }
+  for (const auto& [a, keys] : PlacementDiff(report.placement, current)) {
+    report.experts_unloaded += static_cast<int64_t>(keys.size());
+  }
+  return report;
+}
+
+absl::Status ApplyRecalibration(RecalibrationTransport& transport, const PlacementTable& from,
+                                const PlacementTable& to) {
+  for (const auto& [address, keys] : PlacementDiff(from, to)) {
+    RETURN_IF_ERROR(transport.LoadExperts(address, keys));
+  }
+  for (int i = 0; i < transport.num_routers(); ++i) RETURN_IF_ERROR(transport.SetPlacement(i, to));
+  for (const auto& [address, keys] : PlacementDiff(to, from)) {
+    RETURN_IF_ERROR(transport.UnloadExperts(address, keys));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RecalibrationReport> Recalibrate(RecalibrationTransport& transport,
                                                 const RecalibrationOptions& options) {
   const int n = transport.num_routers();
@@ -38,47 +138,10 @@ absl::StatusOr<RecalibrationReport> Recalibrate(RecalibrationTransport& transpor
     ASSIGN_OR_RETURN(RouterLoadReport r, transport.GetStats(i, options.window));
     reports.push_back(std::move(r));
   }
-  const PlacementTable& current = reports[0].placement;
-  std::vector<uint64_t> tokens(current.replicas.size(), 0);
-  RecalibrationReport report;
-  for (const RouterLoadReport& r : reports) {
-    if (r.placement.version != current.version || r.placement.replicas != current.replicas ||
-        r.placement.workers != current.workers) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "routers disagree on the placement (", reports[0].router_id, " has v", current.version,
-          ", ", r.router_id, " has v", r.placement.version, "): rerun to converge"));
-    }
-    if (r.expert_tokens.size() != tokens.size()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("router ", r.router_id, ": load window of another shape"));
-    }
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] += r.expert_tokens[i];
-  }
-  for (uint64_t t : tokens) report.window_tokens += t;
-  if (current.workers.empty()) return absl::FailedPreconditionError("placement has no workers");
-  report.previous_version = current.version;
-  report.slots_per_worker =
-      options.slots_per_worker > 0 ? options.slots_per_worker : MaxExpertsPerWorker(current) + 1;
-  ASSIGN_OR_RETURN(report.placement,
-                   ComputePlacement(current, tokens, report.slots_per_worker, current.version + 1));
-  report.version = report.placement.version;
-  report.balancedness_before = ExpectedBalancedness(current, tokens);
-  report.balancedness_after = ExpectedBalancedness(report.placement, tokens);
-  const auto to_load = PlacementDiff(current, report.placement);
-  const auto to_unload = PlacementDiff(report.placement, current);
-  for (const auto& [a, keys] : to_load) report.experts_loaded += static_cast<int64_t>(keys.size());
-  for (const auto& [a, keys] : to_unload) {
-    report.experts_unloaded += static_cast<int64_t>(keys.size());
-  }
+  ASSIGN_OR_RETURN(ClusterLoad load, AggregateLoad(reports));
+  ASSIGN_OR_RETURN(RecalibrationReport report, PlanRecalibration(load, options.slots_per_worker));
   if (options.dry_run) return report;
-
-  for (const auto& [address, keys] : to_load) {
-    RETURN_IF_ERROR(transport.LoadExperts(address, keys));
-  }
-  for (int i = 0; i < n; ++i) RETURN_IF_ERROR(transport.SetPlacement(i, report.placement));
-  for (const auto& [address, keys] : to_unload) {
-    RETURN_IF_ERROR(transport.UnloadExperts(address, keys));
-  }
+  RETURN_IF_ERROR(ApplyRecalibration(transport, load.placement, report.placement));
   return report;
 }
 

@@ -11,21 +11,53 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "services/router/core/placement_table.h"
 
 namespace moe::router {
+
+// Worker id -> tokens it processed per decoder layer [num_layers] (a token counts once per
+// chosen expert the worker ran). Workers absent from the map processed nothing.
+using WorkerTokens = std::map<int32_t, std::vector<uint64_t>>;
 
 // What one router reports (GetStats).
 struct RouterLoadReport {
   std::string router_id;
   PlacementTable placement;             // its active placement
   std::vector<uint64_t> expert_tokens;  // [num_layers * num_experts] over the window
+  // Measured: tokens each worker processed for this router over the same window. Empty when
+  // the router does not report them (then only the expected balancedness is known).
+  WorkerTokens worker_tokens;
 };
+
+// The load of the whole cluster over one window: every router's report summed.
+struct ClusterLoad {
+  PlacementTable placement;             // the placement every router uses
+  std::vector<uint64_t> expert_tokens;  // [num_layers * num_experts], summed over routers
+  WorkerTokens worker_tokens;           // summed over routers, per worker id
+  uint64_t window_tokens = 0;           // sum of expert_tokens (all layers)
+  std::string first_router_id;          // reports[0].router_id, for messages
+};
+
+// Sums `reports`. FAILED_PRECONDITION when there are none, when routers disagree on the
+// placement (version, workers or replicas: a recalibration was interrupted; rerunning one
+// converges) or report windows of different shapes.
+absl::StatusOr<ClusterLoad> AggregateLoad(absl::Span<const RouterLoadReport> reports);
+
+// Measured balancedness of each decoder layer of `table`: mean over the table's workers of the
+// tokens they processed / the max (workers absent from `worker_tokens` count as 0). Dense layers
+// (no replicas) and layers where nothing ran: 1.
+std::vector<double> MeasuredBalancedness(const PlacementTable& table,
+                                         const WorkerTokens& worker_tokens);
+
+// Whether any worker processed any token (i.e. MeasuredBalancedness means something).
+bool HasWorkerTokens(const WorkerTokens& worker_tokens);
 
 class RecalibrationTransport {
  public:
@@ -60,10 +92,22 @@ struct RecalibrationReport {
   PlacementTable placement;  // the new table
 };
 
-// Runs the protocol above. Errors: FAILED_PRECONDITION when routers disagree on the placement
-// (different versions or tables) or there is nothing to place; the transport's errors (a step
-// that fails stops the protocol: after step 1 the extra replicas stay loaded and unused, after a
-// partial step 2 rerunning the command converges).
+// Computes the next placement from `load` (no side effect): the report of a dry run.
+// `slots_per_worker` 0 = the current most per worker + 1. FAILED_PRECONDITION when the placement
+// has no workers; INVALID_ARGUMENT from the placement algorithm.
+absl::StatusOr<RecalibrationReport> PlanRecalibration(const ClusterLoad& load,
+                                                      int slots_per_worker);
+
+// Steps 1-3 of the protocol from `from` to `to` over `transport` (every router, every worker).
+// Errors: the transport's, as Recalibrate.
+absl::Status ApplyRecalibration(RecalibrationTransport& transport, const PlacementTable& from,
+                                const PlacementTable& to);
+
+// Runs the protocol above (GetStats on every router, AggregateLoad, PlanRecalibration, then
+// ApplyRecalibration unless dry_run). Errors: FAILED_PRECONDITION when routers disagree on the
+// placement (different versions or tables) or there is nothing to place; the transport's errors (a
+// step that fails stops the protocol: after step 1 the extra replicas stay loaded and unused, after
+// a partial step 2 rerunning the command converges).
 absl::StatusOr<RecalibrationReport> Recalibrate(RecalibrationTransport& transport,
                                                 const RecalibrationOptions& options);
 

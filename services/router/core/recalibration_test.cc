@@ -118,5 +118,44 @@ TEST(RecalibrationTest, DiffListsAddedReplicasPerWorker) {
   EXPECT_TRUE(PlacementDiff(b, b).empty());
 }
 
+TEST(RecalibrationTest, AggregateLoadSumsRoutersAndMeasuresPerWorker) {
+  PlacementTable t;
+  t.num_layers = 2;  // layer 0 dense, layer 1 MoE
+  t.num_experts = 2;
+  t.workers = {{0, "x"}, {1, "y"}, {2, "z"}};
+  t.replicas = {{}, {}, {0}, {1, 2}};
+  const std::vector<RouterLoadReport> reports = {
+      {"a", t, {0, 0, 30, 10}, {{0, {0, 30}}, {1, {0, 10}}}},
+      {"b", t, {0, 0, 10, 10}, {{0, {0, 10}}, {2, {0, 10}}}},
+  };
+  auto load = AggregateLoad(reports);
+  ASSERT_OK(load.status());
+  EXPECT_EQ(load->window_tokens, 60u);
+  EXPECT_EQ(load->expert_tokens, (std::vector<uint64_t>{0, 0, 40, 20}));
+  EXPECT_EQ(load->worker_tokens, (WorkerTokens{{0, {0, 40}}, {1, {0, 10}}, {2, {0, 10}}}));
+  EXPECT_TRUE(HasWorkerTokens(load->worker_tokens));
+  // Layer 1: workers 40, 10, 10 -> mean 20 / max 40.
+  EXPECT_EQ(MeasuredBalancedness(load->placement, load->worker_tokens),
+            (std::vector<double>{1.0, 0.5}));
+  // A worker of the placement that processed nothing counts as 0.
+  EXPECT_EQ(MeasuredBalancedness(t, WorkerTokens{{0, {0, 30}}, {1, {0, 30}}}),
+            (std::vector<double>{1.0, 20.0 / 30}));
+  EXPECT_EQ(MeasuredBalancedness(t, {}), (std::vector<double>{1.0, 1.0}));
+  EXPECT_FALSE(HasWorkerTokens(WorkerTokens{{0, {0, 0}}}));
+}
+
+TEST(RecalibrationTest, AggregateLoadRefusesWindowsOfAnotherShape) {
+  PlacementTable t;
+  t.num_layers = 1;
+  t.num_experts = 2;
+  t.workers = {{0, "x"}};
+  t.replicas = {{0}, {0}};
+  EXPECT_THAT(AggregateLoad(std::vector<RouterLoadReport>{{"a", t, {1, 2, 3}, {}}}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(AggregateLoad(std::vector<RouterLoadReport>{{"a", t, {1, 2}, {{0, {1, 2}}}}}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(AggregateLoad({}), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
 }  // namespace
 }  // namespace moe::router

@@ -1,0 +1,300 @@
+#include "services/router/core/recalibration_coordinator.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/metrics/registry.h"
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::router {
+namespace {
+
+using common::testing::FakeClock;
+
+// One router (or more) and three workers in memory: one MoE layer of 6 experts placed round
+// robin (expert e on worker e % 3). The load each GetStats reports is set by the test.
+class FakeCluster : public RecalibrationTransport {
+ public:
+  explicit FakeCluster(int num_routers = 1) {
+    PlacementTable t;
+    t.num_layers = 1;
+    t.num_experts = 6;
+    t.workers = {{0, "w0"}, {1, "w1"}, {2, "w2"}};
+    t.replicas.resize(6);
+    for (int e = 0; e < 6; ++e) t.MutableReplicas(0, e) = {e % 3};
+    active_.assign(num_routers, t);
+    SetSkewed();
+  }
+
+  // Expert 0 is hot: worker 0 processes most tokens (per router).
+  void SetSkewed() { SetLoad({600, 100, 100, 100, 50, 50}); }
+  // Even load: every worker processes the same.
+  void SetEven() { SetLoad({100, 100, 100, 100, 100, 100}); }
+  // `expert_tokens` per router; the worker tokens follow from router 0's placement (an expert's
+  // tokens split evenly over its replicas) unless `worker_tokens` is given.
+  void SetLoad(std::vector<uint64_t> expert_tokens,
+               std::optional<WorkerTokens> worker_tokens = {}) {
+    expert_tokens_ = std::move(expert_tokens);
+    if (worker_tokens.has_value()) {
+      worker_tokens_ = *std::move(worker_tokens);
+      return;
+    }
+    worker_tokens_.clear();
+    for (int e = 0; e < 6; ++e) {
+      const auto& reps = active_[0].Replicas(0, e);
+      for (int32_t w : reps) {
+        auto& v = worker_tokens_[w];
+        v.resize(1);
+        v[0] += expert_tokens_[e] / reps.size();
+      }
+    }
+  }
+
+  int num_routers() const override { return static_cast<int>(active_.size()); }
+  absl::StatusOr<RouterLoadReport> GetStats(int router, absl::Duration window) override {
+    log_ += absl::StrCat("stats", router, " ");
+    windows_.insert(window);
+    if (stats_error_) return absl::UnavailableError("router down");
+    return RouterLoadReport{absl::StrCat("r", router), active_[router], expert_tokens_,
+                            worker_tokens_};
+  }
+  absl::Status SetPlacement(int router, const PlacementTable& table) override {
+    log_ += absl::StrCat("set", router, " ");
+    active_[router] = table;
+    return absl::OkStatus();
+  }
+  absl::Status LoadExperts(const std::string&, const std::vector<model::ExpertKey>&) override {
+    log_ += "load ";
+    if (load_failures_ > 0) {
+      --load_failures_;
+      return absl::UnavailableError("w1: LoadExperts: connection refused");
+    }
+    return absl::OkStatus();
+  }
+  absl::Status UnloadExperts(const std::string&, const std::vector<model::ExpertKey>&) override {
+    log_ += "unload ";
+    return absl::OkStatus();
+  }
+
+  std::vector<PlacementTable> active_;
+  std::vector<uint64_t> expert_tokens_;
+  WorkerTokens worker_tokens_;
+  std::set<absl::Duration> windows_;
+  bool stats_error_ = false;
+  int load_failures_ = 0;
+  std::string log_;
+};
+
+class RecalibrationCoordinatorTest : public ::testing::Test {
+ protected:
+  RecalibrationCoordinatorOptions Options() {
+    return {.interval = absl::Seconds(10),
+            .window = absl::Seconds(60),
+            .threshold = 0.8,
+            .sustain = 3,
+            .min_tokens = 500,
+            .cooldown = absl::Seconds(60),
+            .slots_per_worker = 3};
+  }
+  // Ticks every `interval` for `n` checks; returns "action:low_checks ..." of the decisions.
+  std::string Run(RecalibrationCoordinator& c, int n) {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+      if (i > 0) {
+        EXPECT_FALSE(c.Tick().has_value()) << "no check is due before the interval";
+        clock_.Advance(c.options().interval);
+      }
+      auto d = c.Tick();
+      EXPECT_TRUE(d.has_value());
+      if (!d.has_value()) break;
+      decisions_.push_back(*d);
+      out.push_back(absl::StrCat(CoordinatorActionName(d->action), ":", d->low_checks));
+    }
+    return absl::StrJoin(out, " ");
+  }
+  double Metric(const std::string& name, const common::metrics::Labels& labels = {}) {
+    auto v = registry_.Value(name, labels);
+    return v.ok() ? *v : -1;
+  }
+
+  FakeClock clock_;
+  common::metrics::Registry registry_;
+  std::vector<CoordinatorDecision> decisions_;
+};
+
+TEST_F(RecalibrationCoordinatorTest, OptionsValidate) {
+  EXPECT_OK(Options().Validate());
+  RecalibrationCoordinatorOptions o = Options();
+  o.sustain = 0;
+  EXPECT_FALSE(o.Validate().ok());
+  o = Options();
+  o.threshold = 1.5;
+  EXPECT_FALSE(o.Validate().ok());
+}
+
+TEST_F(RecalibrationCoordinatorTest, RecalibratesAfterSustainLowChecksAndNotBefore) {
+  FakeCluster cluster;
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 2), "low:1 low:2");
+  EXPECT_EQ(cluster.log_, "stats0 stats0 ");
+  EXPECT_EQ(cluster.active_[0].version, 0u);
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(Run(c, 1), "recalibrated:0");
+  EXPECT_THAT(cluster.log_,
+              ::testing::MatchesRegex("stats0 stats0 stats0 (load )+set0 (unload )*"));
+  EXPECT_EQ(cluster.active_[0].version, 1u);
+  EXPECT_GE(cluster.active_[0].Replicas(0, 0).size(), 2u) << "the hot expert is replicated";
+  EXPECT_EQ(cluster.windows_, (std::set<absl::Duration>{absl::Seconds(60)}));
+
+  const CoordinatorDecision& d = decisions_.back();
+  EXPECT_TRUE(d.measured);
+  EXPECT_EQ(d.window_tokens, 1000u);
+  EXPECT_NEAR(d.min_balancedness, (1000.0 / 3) / 700, 1e-9);  // workers 700, 150, 150
+  ASSERT_TRUE(d.report.has_value());
+  EXPECT_GT(d.report->balancedness_after[0], d.report->balancedness_before[0]);
+
+  EXPECT_EQ(Metric("moe_coordinator_checks_total", {{"decision", "low"}}), 2);
+  EXPECT_EQ(Metric("moe_coordinator_checks_total", {{"decision", "recalibrated"}}), 1);
+  EXPECT_EQ(Metric("moe_coordinator_recalibrations_total", {{"result", "ok"}}), 1);
+  EXPECT_NEAR(Metric("moe_coordinator_min_balancedness"), (1000.0 / 3) / 700, 1e-9);
+  EXPECT_EQ(Metric("moe_coordinator_low_checks"), 0);
+}
+
+TEST_F(RecalibrationCoordinatorTest, ABalancedCheckRestartsTheStreak) {
+  FakeCluster cluster;
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 2), "low:1 low:2");
+  cluster.SetEven();
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(Run(c, 1), "balanced:0");
+  cluster.SetSkewed();
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(Run(c, 3), "low:1 low:2 recalibrated:0");
+}
+
+TEST_F(RecalibrationCoordinatorTest, BalancedClusterIsNeverRecalibrated) {
+  FakeCluster cluster;
+  cluster.SetEven();
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 6), "balanced:0 balanced:0 balanced:0 balanced:0 balanced:0 balanced:0");
+  EXPECT_EQ(cluster.active_[0].version, 0u);
+  EXPECT_EQ(Metric("moe_coordinator_checks_total", {{"decision", "balanced"}}), 6);
+  EXPECT_EQ(Metric("moe_coordinator_min_balancedness"), 1.0);
+}
+
+TEST_F(RecalibrationCoordinatorTest, IdleClusterIsNeverRecalibrated) {
+  FakeCluster cluster;
+  cluster.SetLoad({300, 50, 50, 50, 25, 24});  // 499 tokens, skewed
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 5), "idle:0 idle:0 idle:0 idle:0 idle:0");
+  EXPECT_EQ(cluster.active_[0].version, 0u);
+  EXPECT_LT(decisions_.back().min_balancedness, 0.8) << "judged skewed, but too little traffic";
+}
+
+TEST_F(RecalibrationCoordinatorTest, CooldownHoldsOffThenNoChurnOnAnAlreadyBestPlacement) {
+  FakeCluster cluster;
+  RecalibrationCoordinatorOptions o = Options();
+  o.sustain = 1;
+  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 1), "recalibrated:0");
+  ASSERT_EQ(cluster.active_[0].version, 1u);
+  // The routers still report the old window (worker tokens of the old placement, skewed): the
+  // cooldown keeps the coordinator from acting on it; after it, the placement computed again
+  // would be the same one, so nothing changes.
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(Run(c, 7),
+            "cooldown:0 cooldown:0 cooldown:0 cooldown:0 cooldown:0 skipped:0 skipped:0");
+  EXPECT_EQ(cluster.active_[0].version, 1u);
+  EXPECT_EQ(Metric("moe_coordinator_recalibrations_total", {{"result", "skipped"}}), 2);
+  EXPECT_EQ(Metric("moe_coordinator_recalibrations_total", {{"result", "ok"}}), 1);
+}
+
+TEST_F(RecalibrationCoordinatorTest, SkipsWhenNoPlacementWouldImprove) {
+  // Even expert load, yet the workers measured uneven (e.g. replica choice): a new placement
+  // cannot do better than the current one under the load model, so nothing moves.
+  FakeCluster cluster;
+  cluster.SetLoad({100, 100, 100, 100, 100, 100}, WorkerTokens{{0, {400}}, {1, {100}}, {2, {100}}});
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 4), "low:1 low:2 skipped:0 low:1");
+  EXPECT_EQ(cluster.active_[0].version, 0u);
+  ASSERT_TRUE(decisions_[2].report.has_value());
+  EXPECT_EQ(decisions_[2].report->balancedness_before[0], 1.0);
+  EXPECT_THAT(cluster.log_, ::testing::Not(::testing::HasSubstr("load")));
+}
+
+TEST_F(RecalibrationCoordinatorTest, FailedRecalibrationIsReportedAndRetriedAfterTheInterval) {
+  FakeCluster cluster;
+  cluster.load_failures_ = 1;
+  RecalibrationCoordinatorOptions o = Options();
+  o.sustain = 1;
+  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 2), "failed:1 recalibrated:0");
+  EXPECT_THAT(decisions_[0].status, common::testing::StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(decisions_[0].report.has_value());
+  EXPECT_EQ(cluster.active_[0].version, 1u);
+  EXPECT_EQ(Metric("moe_coordinator_recalibrations_total", {{"result", "failed"}}), 1);
+  EXPECT_EQ(Metric("moe_coordinator_recalibrations_total", {{"result", "ok"}}), 1);
+}
+
+TEST_F(RecalibrationCoordinatorTest, UnreachableRouterIsReportedWithoutCountingARecalibration) {
+  FakeCluster cluster;
+  cluster.stats_error_ = true;
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 1), "failed:0");
+  EXPECT_THAT(decisions_[0].status, common::testing::StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(Metric("moe_coordinator_checks_total", {{"decision", "failed"}}), 1);
+  EXPECT_EQ(Metric("moe_coordinator_recalibrations_total", {{"result", "failed"}}), -1);
+}
+
+TEST_F(RecalibrationCoordinatorTest, DryRunDecidesButChangesNothing) {
+  FakeCluster cluster;
+  RecalibrationCoordinatorOptions o = Options();
+  o.dry_run = true;
+  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 4), "low:1 low:2 dry_run:0 cooldown:0");
+  EXPECT_EQ(cluster.log_, "stats0 stats0 stats0 stats0 ");
+  EXPECT_EQ(cluster.active_[0].version, 0u);
+  ASSERT_TRUE(decisions_[2].report.has_value());
+  EXPECT_EQ(decisions_[2].report->version, 1u);
+  EXPECT_EQ(Metric("moe_coordinator_recalibrations_total", {{"result", "dry_run"}}), 1);
+}
+
+TEST_F(RecalibrationCoordinatorTest, JudgesExpectedBalancednessWhenNoWorkerTokensAreReported) {
+  FakeCluster cluster;
+  cluster.SetLoad({600, 100, 100, 100, 50, 50}, WorkerTokens{});  // an older router
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 1), "low:1");
+  EXPECT_FALSE(decisions_[0].measured);
+  EXPECT_NEAR(decisions_[0].min_balancedness, (1000.0 / 3) / 700, 1e-9);  // 700, 150, 150
+}
+
+TEST_F(RecalibrationCoordinatorTest, SumsEveryRoutersLoad) {
+  FakeCluster cluster(/*num_routers=*/2);
+  RecalibrationCoordinatorOptions o = Options();
+  o.min_tokens = 1500;  // each router alone reports 1000
+  o.sustain = 1;
+  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 1), "recalibrated:0");
+  EXPECT_EQ(decisions_[0].window_tokens, 2000u);
+  EXPECT_EQ(cluster.active_[0].version, 1u);
+  EXPECT_EQ(cluster.active_[1].version, 1u);
+}
+
+TEST_F(RecalibrationCoordinatorTest, RoutersOnDifferentPlacementsAreAFailedCheck) {
+  FakeCluster cluster(/*num_routers=*/2);
+  cluster.active_[1].version = 3;
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 1), "failed:0");
+  EXPECT_THAT(decisions_[0].status,
+              common::testing::StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace moe::router
