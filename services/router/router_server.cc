@@ -199,6 +199,11 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   const LoadWindow window = experts_->load_tracker().Window(span);
   load->set_window_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(window.span)));
   for (uint64_t t : window.expert_tokens) load->add_tokens(t);
+  for (const auto& [id, tokens] : window.worker_tokens) {  // std::map: increasing worker id
+    pb::WorkerLoad* w = load->add_workers();
+    w->set_worker_id(id);
+    w->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  }
   return ::grpc::Status::OK;
 }
 

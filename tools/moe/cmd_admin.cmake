@@ -1,4 +1,4 @@
-# `moe admin calibrate-router | stats` talks gRPC to routers and expert workers.
+# `moe admin calibrate-router | stats | coordinate` talks gRPC to routers and expert workers.
 if(TARGET moe_router_remote_experts AND TARGET moe_router_experts_core)
   list(APPEND MOE_CLI_DEPS moe_router_remote_experts moe_router_experts_core moe_grpc moe_proto
     nlohmann_json::nlohmann_json)
