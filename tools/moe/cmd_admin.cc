@@ -198,15 +198,6 @@ int Usage(const std::string& why) {
   return 2;
 }
 
-// Min over the MoE layers (those with replicas) of `per_layer`; 1 when there are none.
-double MinOverMoeLayers(const router::PlacementTable& table, const std::vector<double>& per_layer) {
-  double min = 1.0;
-  for (int64_t l = 0; l < table.num_layers && l < static_cast<int64_t>(per_layer.size()); ++l) {
-    if (!table.Replicas(l, 0).empty()) min = std::min(min, per_layer[static_cast<size_t>(l)]);
-  }
-  return min;
-}
-
 nlohmann::json WorkerTokensJson(const router::WorkerTokens& tokens) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [id, per_layer] : tokens) j[absl::StrCat(id)] = per_layer;
@@ -219,7 +210,7 @@ void AddBalancedness(const router::ClusterLoad& load, nlohmann::json& j) {
   j["num_workers"] = load.placement.workers.size();
   j["worker_tokens"] = WorkerTokensJson(load.worker_tokens);
   j["measured_balancedness"] = measured;
-  j["min_measured_balancedness"] = MinOverMoeLayers(load.placement, measured);
+  j["min_measured_balancedness"] = router::MinOverMoeLayers(load.placement, measured);
   j["expected_balancedness"] = router::ExpectedBalancedness(load.placement, load.expert_tokens);
 }
 

@@ -84,6 +84,16 @@ std::vector<double> MeasuredBalancedness(const PlacementTable& table,
   return out;
 }
 
+double MinOverMoeLayers(const PlacementTable& table, absl::Span<const double> per_layer) {
+  double min = 1.0;
+  for (int64_t l = 0; l < table.num_layers && l < static_cast<int64_t>(per_layer.size()); ++l) {
+    bool moe = false;
+    for (int64_t e = 0; e < table.num_experts && !moe; ++e) moe = !table.Replicas(l, e).empty();
+    if (moe) min = std::min(min, per_layer[static_cast<size_t>(l)]);
+  }
+  return min;
+}
+
 bool HasWorkerTokens(const WorkerTokens& worker_tokens) {
   for (const auto& [id, tokens] : worker_tokens) {
     for (uint64_t t : tokens) {

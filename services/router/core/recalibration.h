@@ -56,6 +56,10 @@ absl::StatusOr<ClusterLoad> AggregateLoad(absl::Span<const RouterLoadReport> rep
 std::vector<double> MeasuredBalancedness(const PlacementTable& table,
                                          const WorkerTokens& worker_tokens);
 
+// Min over the MoE layers of `table` (those with replicas) of `per_layer` [num_layers]; 1 when
+// there are none. The figure the coordinator judges.
+double MinOverMoeLayers(const PlacementTable& table, absl::Span<const double> per_layer);
+
 // Whether any worker processed any token (i.e. MeasuredBalancedness means something).
 bool HasWorkerTokens(const WorkerTokens& worker_tokens);
 

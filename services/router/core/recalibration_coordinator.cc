@@ -3,24 +3,9 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "services/router/core/placement_algorithm.h"
 
 namespace moe::router {
-namespace {
-
-// Min over the MoE layers of `table` (layers with replicas); 1 when there are none.
-double MinOverMoeLayers(const PlacementTable& table, const std::vector<double>& per_layer) {
-  double min = 1.0;
-  for (int64_t l = 0; l < table.num_layers && l < static_cast<int64_t>(per_layer.size()); ++l) {
-    bool moe = false;
-    for (int64_t e = 0; e < table.num_experts && !moe; ++e) moe = !table.Replicas(l, e).empty();
-    if (moe) min = std::min(min, per_layer[static_cast<size_t>(l)]);
-  }
-  return min;
-}
-
-}  // namespace
 
 const char* CoordinatorActionName(CoordinatorAction action) {
   switch (action) {

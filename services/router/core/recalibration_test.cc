@@ -142,6 +142,8 @@ TEST(RecalibrationTest, AggregateLoadSumsRoutersAndMeasuresPerWorker) {
             (std::vector<double>{1.0, 20.0 / 30}));
   EXPECT_EQ(MeasuredBalancedness(t, {}), (std::vector<double>{1.0, 1.0}));
   EXPECT_FALSE(HasWorkerTokens(WorkerTokens{{0, {0, 0}}}));
+  // The judged figure ignores the dense layer.
+  EXPECT_EQ(MinOverMoeLayers(t, std::vector<double>{0.1, 0.5}), 0.5);
 }
 
 TEST(RecalibrationTest, AggregateLoadRefusesWindowsOfAnotherShape) {
