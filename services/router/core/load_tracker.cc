@@ -23,7 +23,12 @@ ExpertLoadMetrics::ExpertLoadMetrics(common::metrics::Registry& r, int32_t num_l
     : balancedness(r.GaugeFamily("moe_expert_balancedness",
                                  "Mean over workers of tokens processed / the max, last window.")),
       tokens(r.CounterFamily("moe_expert_tokens_total",
-                             "Tokens routed to each (layer, expert) (each top-k choice counts).")) {
+                             "Tokens routed to each (layer, expert) (each top-k choice counts).")),
+      hot_share(r.GaugeFamily("moe_expert_hot_share",
+                              "Share of a layer's routed tokens of its rank-th hottest expert, "
+                              "last window.")),
+      hot_id(r.GaugeFamily("moe_expert_hot_id",
+                           "Expert id of a layer's rank-th hottest expert, last window.")) {
   if (static_cast<int64_t>(num_layers) * num_experts > 1024) return;
   for (int32_t l = 0; l < num_layers; ++l) {
     for (int32_t e = 0; e < num_experts; ++e) {
@@ -109,8 +114,25 @@ void LoadTracker::UpdateBalancednessGauges(absl::Duration span,
                                            absl::Span<const int32_t> worker_ids) {
   if (metrics_ == nullptr) return;
   const LoadWindow w = Window(span);
+  std::vector<int32_t> order(static_cast<size_t>(num_experts_));
   for (int32_t l = 0; l < num_layers_; ++l) {
-    metrics_->balancedness.Add({{"layer", absl::StrCat(l)}}).Set(w.Balancedness(l, worker_ids));
+    const std::string layer = absl::StrCat(l);
+    metrics_->balancedness.Add({{"layer", layer}}).Set(w.Balancedness(l, worker_ids));
+    const uint64_t* tokens = w.expert_tokens.data() + static_cast<size_t>(l) * num_experts_;
+    uint64_t total = 0;
+    for (int32_t e = 0; e < num_experts_; ++e) total += tokens[e];
+    if (total == 0) continue;  // a dense layer, or no traffic in the window
+    for (int32_t e = 0; e < num_experts_; ++e) order[e] = e;
+    const int n = std::min<int>(ExpertLoadMetrics::kHotExperts, num_experts_);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+      return tokens[a] != tokens[b] ? tokens[a] > tokens[b] : a < b;
+    });
+    for (int rank = 0; rank < n; ++rank) {
+      const common::metrics::Labels labels = {{"layer", layer}, {"rank", absl::StrCat(rank + 1)}};
+      metrics_->hot_share.Add(labels).Set(static_cast<double>(tokens[order[rank]]) /
+                                          static_cast<double>(total));
+      metrics_->hot_id.Add(labels).Set(order[rank]);
+    }
   }
 }
 

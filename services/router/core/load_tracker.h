@@ -38,12 +38,17 @@ struct LoadWindow {
   double Balancedness(int32_t layer, absl::Span<const int32_t> worker_ids) const;
 };
 
-// DESIGN.md §5 metrics of expert load (bounded cardinality: per-expert series only when
-// num_layers * num_experts <= 1024).
+// DESIGN.md §5 metrics of expert load, with bounded cardinality: per-expert series only when
+// num_layers * num_experts <= 1024; whatever the size, the kHotExperts hottest experts of each
+// layer over the window as moe_expert_hot_share{layer, rank} (their share of the layer's tokens)
+// and moe_expert_hot_id{layer, rank} (which expert), rank 1 = hottest.
 struct ExpertLoadMetrics {
+  static constexpr int kHotExperts = 4;
   ExpertLoadMetrics(common::metrics::Registry& r, int32_t num_layers, int32_t num_experts);
   common::metrics::Family<common::metrics::Gauge>& balancedness;  // {layer}
   common::metrics::Family<common::metrics::Counter>& tokens;      // {layer, expert}
+  common::metrics::Family<common::metrics::Gauge>& hot_share;     // {layer, rank}
+  common::metrics::Family<common::metrics::Gauge>& hot_id;        // {layer, rank}
   std::vector<common::metrics::Counter*> expert_tokens;  // [L*E] or empty (too many series)
 };
 
@@ -62,7 +67,8 @@ class LoadTracker {
   // Sums of the last `span` (capped at the history kept).
   LoadWindow Window(absl::Duration span) const;
 
-  // Sets moe_expert_balancedness{layer} from the window of `span` over `worker_ids`.
+  // Sets moe_expert_balancedness{layer} from the window of `span` over `worker_ids`, and the
+  // hot-expert gauges of every layer that routed tokens in it.
   void UpdateBalancednessGauges(absl::Duration span, absl::Span<const int32_t> worker_ids);
 
   int32_t num_layers() const { return num_layers_; }

@@ -48,6 +48,21 @@ TEST_F(LoadTrackerTest, MeasuredBalancednessIsMeanOverMaxOfWorkers) {
   EXPECT_DOUBLE_EQ(registry_.Value("moe_expert_balancedness", {{"layer", "0"}}).value(), 4.0 / 9);
 }
 
+TEST_F(LoadTrackerTest, ExportsTheHottestExpertsOfEachLayer) {
+  // Layer 0: expert 2 then 0 (1 unused); layer 1: nothing routed, so no hot series.
+  tracker_.RecordExpertTokens(std::vector<int64_t>{1, 0, 3, 0, 0, 0});
+  tracker_.UpdateBalancednessGauges(absl::Seconds(5), {});
+  EXPECT_EQ(registry_.Value("moe_expert_hot_id", {{"layer", "0"}, {"rank", "1"}}).value(), 2);
+  EXPECT_DOUBLE_EQ(registry_.Value("moe_expert_hot_share", {{"layer", "0"}, {"rank", "1"}}).value(),
+                   0.75);
+  EXPECT_EQ(registry_.Value("moe_expert_hot_id", {{"layer", "0"}, {"rank", "2"}}).value(), 0);
+  EXPECT_EQ(registry_.Value("moe_expert_hot_id", {{"layer", "0"}, {"rank", "3"}}).value(), 1);
+  EXPECT_DOUBLE_EQ(registry_.Value("moe_expert_hot_share", {{"layer", "0"}, {"rank", "3"}}).value(),
+                   0);
+  EXPECT_FALSE(registry_.Value("moe_expert_hot_id", {{"layer", "0"}, {"rank", "4"}}).ok());
+  EXPECT_FALSE(registry_.Value("moe_expert_hot_id", {{"layer", "1"}, {"rank", "1"}}).ok());
+}
+
 TEST_F(LoadTrackerTest, ExportsPerExpertCounters) {
   tracker_.RecordExpertTokens(std::vector<int64_t>{0, 0, 0, 0, 6, 0});
   EXPECT_EQ(registry_.Value("moe_expert_tokens_total", {{"layer", "1"}, {"expert", "1"}}).value(),
