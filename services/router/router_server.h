@@ -5,8 +5,10 @@
 // message with finish_reason and usage; requests rejected before streaming get a gRPC error
 // (INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE). A client that goes
 // away (or whose call deadline passes) is cancelled in the scheduler, which frees its KV blocks
-// at the next step. GetStats reports queue and L1 figures. SetPlacement is UNIMPLEMENTED until
-// the experts issue moves experts out of process.
+// at the next step. GetStats reports queue and L1 figures and, with remote experts, the active
+// placement and the load window (tokens per (layer, expert) and per (layer, worker)).
+// SetPlacement switches the remote experts' placement (recalibration step 2) and answers once the
+// old version's calls drained; UNIMPLEMENTED when the experts run in-process.
 #pragma once
 
 #include <cstdint>
