@@ -27,17 +27,15 @@ std::vector<ExpertKey> KeysFromProto(
   return out;
 }
 
-}  // namespace
-
-::grpc::Status ExpertWorkerServer::RunExperts(::grpc::ServerContext* context,
-                                              const pb::RunExpertsRequest* request,
-                                              pb::RunExpertsResponse* response) {
-  const int64_t hidden = core_->config().hidden_size;
-  engine::ExpertCall call;
-  call.layer_idx = request->layer_idx();
-  call.hidden = hidden;
-  call.batches.reserve(static_cast<size_t>(request->batches_size()));
-  for (const pb::ExpertBatch& b : request->batches()) {
+// Checks `request` and builds the core call over its activations (read in place) and the
+// response's output bytes (written in place).
+::grpc::Status BuildCall(const ExpertWorkerCore& core, const pb::RunExpertsRequest& request,
+                         pb::RunExpertsResponse* response, engine::ExpertCall* call) {
+  const int64_t hidden = core.config().hidden_size;
+  call->layer_idx = request.layer_idx();
+  call->hidden = hidden;
+  call->batches.reserve(static_cast<size_t>(request.batches_size()));
+  for (const pb::ExpertBatch& b : request.batches()) {
     const auto& t = b.activations();
     if (t.dtype() != moe::common::v1::DTYPE_F32) {
       return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
@@ -58,17 +56,52 @@ std::vector<ExpertKey> KeysFromProto(
     o->add_shape(hidden);
     std::string* data = o->mutable_data();
     data->resize(t.data().size());
-    call.batches.push_back({b.expert_id(), t.shape(0),
-                            reinterpret_cast<const float*>(t.data().data()),
-                            reinterpret_cast<float*>(data->data())});
+    call->batches.push_back({b.expert_id(), t.shape(0),
+                             reinterpret_cast<const float*>(t.data().data()),
+                             reinterpret_cast<float*>(data->data())});
   }
-  absl::Duration compute;
-  if (absl::Status s = core_->Run(call, &compute); !s.ok()) {
+  return ::grpc::Status::OK;
+}
+
+::grpc::Status Finished(absl::Status status, absl::Duration compute,
+                        pb::RunExpertsResponse* response) {
+  if (!status.ok()) {
     response->Clear();
-    return common::rpc::ToGrpcStatus(s);
+    return common::rpc::ToGrpcStatus(status);
   }
   response->set_compute_us(static_cast<uint64_t>(absl::ToInt64Microseconds(compute)));
   return ::grpc::Status::OK;
+}
+
+}  // namespace
+
+::grpc::Status HandleRunExperts(ExpertWorkerCore& core, const pb::RunExpertsRequest& request,
+                                pb::RunExpertsResponse* response) {
+  engine::ExpertCall call;
+  if (::grpc::Status s = BuildCall(core, request, response, &call); !s.ok()) {
+    response->Clear();
+    return s;
+  }
+  absl::Duration compute;
+  absl::Status s = core.Run(call, &compute);
+  return Finished(std::move(s), compute, response);
+}
+
+::grpc::ServerUnaryReactor* ExpertWorkerServer::RunExperts(::grpc::CallbackServerContext* context,
+                                                           const pb::RunExpertsRequest* request,
+                                                           pb::RunExpertsResponse* response) {
+  ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine::ExpertCall call;
+  if (::grpc::Status s = BuildCall(*core_, *request, response, &call); !s.ok()) {
+    response->Clear();
+    reactor->Finish(s);
+    return reactor;
+  }
+  // The request and response live until Finish; `done` runs here or on a core slot thread.
+  core_->RunAsync(call, [reactor, response](absl::Status status, absl::Duration compute) {
+    reactor->Finish(Finished(std::move(status), compute, response));
+  });
+  return reactor;
 }
 
 ::grpc::Status ExpertWorkerServer::LoadExperts(::grpc::ServerContext* context,

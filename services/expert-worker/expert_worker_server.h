@@ -29,15 +29,35 @@ struct ExpertWorkerOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// RunExperts on `core`: checks and converts `request`, computes into `response` (outputs written
+// straight into its bytes). INVALID_ARGUMENT for malformed tensors, else core.Run()'s errors
+// (`response` is cleared on error). Blocks the calling thread (the synchronous form, kept for
+// tools and `moe bench rpc`; the server uses RunAsync).
+::grpc::Status HandleRunExperts(ExpertWorkerCore& core,
+                                const moe::expert_worker::v1::RunExpertsRequest& request,
+                                moe::expert_worker::v1::RunExpertsResponse* response);
+
+// RunExperts is a callback (reactor) method: the gRPC thread that read the request computes it
+// right away when the core has a free slot and inline capacity (ExpertWorkerCoreOptions::
+// max_inline_calls), else the core's slot threads do; it never blocks a gRPC thread waiting for
+// a slot, and a full queue answers RESOURCE_EXHAUSTED. (A synchronous method would add a hop
+// per call: gRPC's sync-server threads hand the request over and spawn pollers; measured with
+// `moe bench rpc`.) LoadExperts / UnloadExperts stay synchronous (rare and slow: they map and
+// warm up weights) on gRPC's sync-server threads.
+//
 // Thread-safe (gRPC threads call it). Borrows `core`.
-class ExpertWorkerServer final : public moe::expert_worker::v1::ExpertWorker::Service {
+class ExpertWorkerServer final
+    : public moe::expert_worker::v1::ExpertWorker::WithCallbackMethod_RunExperts<
+          moe::expert_worker::v1::ExpertWorker::Service> {
  public:
   explicit ExpertWorkerServer(ExpertWorkerCore* core) : core_(core) {}
 
+  // moe::expert_worker::v1::ExpertWorker::CallbackService
+  ::grpc::ServerUnaryReactor* RunExperts(
+      ::grpc::CallbackServerContext* context,
+      const moe::expert_worker::v1::RunExpertsRequest* request,
+      moe::expert_worker::v1::RunExpertsResponse* response) override;
   // moe::expert_worker::v1::ExpertWorker::Service
-  ::grpc::Status RunExperts(::grpc::ServerContext* context,
-                            const moe::expert_worker::v1::RunExpertsRequest* request,
-                            moe::expert_worker::v1::RunExpertsResponse* response) override;
   ::grpc::Status LoadExperts(::grpc::ServerContext* context,
                              const moe::expert_worker::v1::LoadExpertsRequest* request,
                              moe::expert_worker::v1::LoadExpertsResponse* response) override;

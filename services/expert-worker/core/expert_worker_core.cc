@@ -104,6 +104,9 @@ absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> ExpertWorkerCore::Create(
     core->free_slots_.push_back(slot.get());
     core->all_slots_.push_back(std::move(slot));
   }
+  for (int i = 0; i < options.max_concurrent_calls; ++i) {
+    core->slot_threads_.emplace_back([c = core.get()] { c->SlotLoop(); });
+  }
   if (core->metrics_ != nullptr) {
     const ResidentSet r = core->ResidentLocked();
     core->metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
@@ -112,7 +115,13 @@ absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> ExpertWorkerCore::Create(
   return core;
 }
 
-ExpertWorkerCore::~ExpertWorkerCore() = default;
+ExpertWorkerCore::~ExpertWorkerCore() {
+  {
+    absl::MutexLock lock(&slots_mu_);
+    stop_ = true;
+  }
+  for (std::thread& t : slot_threads_) t.join();
+}
 
 bool ExpertWorkerCore::ready() const {
   absl::ReaderMutexLock lock(&weights_mu_);
@@ -155,7 +164,8 @@ absl::Status ExpertWorkerCore::WarmUpKeys(const std::vector<ExpertKey>& keys) {
 
 absl::StatusOr<ExpertWorkerCore::Slot*> ExpertWorkerCore::AcquireSlot(bool bounded) {
   absl::MutexLock lock(&slots_mu_);
-  if (bounded && free_slots_.empty() && waiting_ >= options_.max_queued_calls) {
+  if (bounded && free_slots_.empty() &&
+      waiting_ + static_cast<int64_t>(queue_.size()) >= options_.max_queued_calls) {
     if (metrics_ != nullptr) metrics_->rejected_total.Increment();
     return absl::ResourceExhaustedError(
         absl::StrCat("expert worker: ", waiting_, " calls already queued"));
@@ -174,7 +184,8 @@ void ExpertWorkerCore::ReleaseSlot(Slot* slot) {
   free_slots_.push_back(slot);
 }
 
-absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duration* compute) {
+absl::Status ExpertWorkerCore::CheckCall(const engine::ExpertCall& call, std::vector<int32_t>* ids,
+                                         int64_t* tokens) const {
   const model::ModelConfig& c = config();
   if (call.layer_idx < 0 || call.layer_idx >= c.num_hidden_layers ||
       !c.IsMoeLayer(call.layer_idx)) {
@@ -186,8 +197,7 @@ absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duratio
         absl::StrCat("hidden ", call.hidden, " != the model's ", c.hidden_size));
   }
   if (call.batches.empty()) return absl::InvalidArgumentError("no expert batches");
-  std::vector<int32_t> ids;
-  int64_t tokens = 0;
+  *tokens = 0;
   for (const engine::ExpertBatch& b : call.batches) {
     if (b.expert_id < 0 || b.expert_id >= c.num_experts) {
       return absl::InvalidArgumentError(absl::StrCat("expert_id ", b.expert_id, " out of range"));
@@ -196,14 +206,99 @@ absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duratio
       return absl::InvalidArgumentError(
           absl::StrCat("expert ", b.expert_id, ": num_tokens must be >= 1"));
     }
-    ids.push_back(b.expert_id);
-    tokens += b.num_tokens;
+    ids->push_back(b.expert_id);
+    *tokens += b.num_tokens;
   }
-  std::sort(ids.begin(), ids.end());
-  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+  std::sort(ids->begin(), ids->end());
+  if (std::adjacent_find(ids->begin(), ids->end()) != ids->end()) {
     return absl::InvalidArgumentError("duplicate expert_id in one call");
   }
+  return absl::OkStatus();
+}
+
+absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duration* compute) {
+  std::vector<int32_t> ids;
+  int64_t tokens = 0;
+  RETURN_IF_ERROR(CheckCall(call, &ids, &tokens));
   ASSIGN_OR_RETURN(Slot * slot, AcquireSlot(/*bounded=*/true));
+  absl::Duration took;
+  absl::Status status = RunOnSlot(slot, call, ids, tokens, &took);
+  ReleaseSlot(slot);
+  if (compute != nullptr) *compute = took;
+  return status;
+}
+
+void ExpertWorkerCore::RunAsync(const engine::ExpertCall& call, RunDone done) {
+  std::vector<int32_t> ids;
+  int64_t tokens = 0;
+  if (absl::Status s = CheckCall(call, &ids, &tokens); !s.ok()) {
+    done(std::move(s), absl::ZeroDuration());
+    return;
+  }
+  Slot* slot = nullptr;
+  bool rejected = false;
+  {
+    absl::MutexLock lock(&slots_mu_);
+    if (!free_slots_.empty() && queue_.empty() && inline_running_ < options_.max_inline_calls) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      ++inline_running_;
+    } else if (free_slots_.empty() &&
+               waiting_ + static_cast<int64_t>(queue_.size()) >= options_.max_queued_calls) {
+      rejected = true;
+    } else {
+      queue_.push_back({call, std::move(done)});
+      return;
+    }
+  }
+  if (rejected) {
+    if (metrics_ != nullptr) metrics_->rejected_total.Increment();
+    done(absl::ResourceExhaustedError(
+             absl::StrCat("expert worker: ", options_.max_queued_calls, " calls already queued")),
+         absl::ZeroDuration());
+    return;
+  }
+  absl::Duration took;
+  absl::Status status = RunOnSlot(slot, call, ids, tokens, &took);
+  {
+    absl::MutexLock lock(&slots_mu_);
+    free_slots_.push_back(slot);
+    --inline_running_;
+  }
+  done(std::move(status), took);
+}
+
+void ExpertWorkerCore::SlotLoop() {
+  for (;;) {
+    Job job;
+    Slot* slot = nullptr;
+    {
+      absl::MutexLock lock(&slots_mu_);
+      slots_mu_.Await(absl::Condition(
+          +[](ExpertWorkerCore* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return (c->stop_ && c->queue_.empty()) ||
+                   (!c->queue_.empty() && !c->free_slots_.empty());
+          },
+          this));
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    std::vector<int32_t> ids;
+    int64_t tokens = 0;
+    absl::Duration took;
+    absl::Status status = CheckCall(job.call, &ids, &tokens);
+    if (status.ok()) status = RunOnSlot(slot, job.call, ids, tokens, &took);
+    ReleaseSlot(slot);
+    job.done(std::move(status), took);
+  }
+}
+
+absl::Status ExpertWorkerCore::RunOnSlot(Slot* slot, const engine::ExpertCall& call,
+                                         const std::vector<int32_t>& ids, int64_t tokens,
+                                         absl::Duration* compute) {
   absl::Status status;
   absl::Duration took;
   {
@@ -227,7 +322,6 @@ absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duratio
       }
     }
   }
-  ReleaseSlot(slot);
   if (status.ok() && metrics_ != nullptr) {
     metrics_->calls_total.Increment();
     metrics_->tokens_total.Increment(static_cast<double>(tokens));

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/base/clock.h"
 #include "common/engine/local_expert_executor.h"
 #include "common/metrics/registry.h"
@@ -30,11 +32,13 @@ class ExpertWorkerCoreTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  std::unique_ptr<ExpertWorkerCore> MakeCore(std::vector<std::string> experts) {
+  std::unique_ptr<ExpertWorkerCore> MakeCore(std::vector<std::string> experts,
+                                             int max_inline_calls = 1) {
     ExpertWorkerCoreOptions o;
     o.model_dir = *dir_;
     o.experts = std::move(experts);
     o.max_concurrent_calls = 2;
+    o.max_inline_calls = max_inline_calls;
     auto core = ExpertWorkerCore::Create(o, &registry_, &common::SystemClock::Get());
     EXPECT_OK(core.status());
     return core.ok() ? std::move(*core) : nullptr;
@@ -147,6 +151,89 @@ TEST_F(ExpertWorkerCoreTest, LoadAndUnloadChangeWhatRuns) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(core->Load({{0, 8}}), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(registry_.Value("moe_expert_worker_resident_experts").value(), 1);
+}
+
+// What one RunAsync reported, and on which thread.
+struct AsyncResult {
+  absl::Notification done;
+  absl::Status status;
+  std::thread::id thread;
+};
+
+ExpertWorkerCore::RunDone Record(AsyncResult* r) {
+  return [r](absl::Status s, absl::Duration) {
+    r->status = std::move(s);
+    r->thread = std::this_thread::get_id();
+    r->done.Notify();
+  };
+}
+
+TEST_F(ExpertWorkerCoreTest, RunAsyncComputesInlineOnTheCallingThreadBitwiseAsRun) {
+  auto core = MakeCore({"0:0-1"});
+  ASSERT_NE(core, nullptr);
+  ASSERT_OK(core->WarmUp());
+  const int64_t hidden = core->config().hidden_size;
+  std::vector<float> in = Inputs(3, hidden, 0.7f), out(in.size()), ref(in.size());
+  ASSERT_OK(core->Run({0, hidden, {{1, 3, in.data(), ref.data()}}}));
+  AsyncResult r;
+  core->RunAsync({0, hidden, {{1, 3, in.data(), out.data()}}}, Record(&r));
+  ASSERT_TRUE(r.done.HasBeenNotified());  // inline: done before RunAsync returned
+  EXPECT_OK(r.status);
+  EXPECT_EQ(r.thread, std::this_thread::get_id());
+  EXPECT_EQ(std::memcmp(out.data(), ref.data(), out.size() * 4), 0);
+}
+
+TEST_F(ExpertWorkerCoreTest, RunAsyncHandsOffToSlotThreadsWhenInlineIsOff) {
+  auto core = MakeCore({"0:0-1"}, /*max_inline_calls=*/0);
+  ASSERT_NE(core, nullptr);
+  ASSERT_OK(core->WarmUp());
+  const int64_t hidden = core->config().hidden_size;
+  std::vector<float> in = Inputs(2, hidden, 0.3f), ref(in.size());
+  ASSERT_OK(core->Run({0, hidden, {{0, 2, in.data(), ref.data()}}}));
+  std::vector<std::vector<float>> outs(4, std::vector<float>(in.size()));
+  std::vector<AsyncResult> results(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    core->RunAsync({0, hidden, {{0, 2, in.data(), outs[i].data()}}}, Record(&results[i]));
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    results[i].done.WaitForNotification();
+    EXPECT_OK(results[i].status);
+    EXPECT_NE(results[i].thread, std::this_thread::get_id());
+    EXPECT_EQ(std::memcmp(outs[i].data(), ref.data(), ref.size() * 4), 0) << i;
+  }
+  EXPECT_EQ(registry_.Value("moe_expert_worker_calls_total").value(), 5);
+}
+
+TEST_F(ExpertWorkerCoreTest, RunAsyncReportsBadCallsOnTheCallingThread) {
+  auto core = MakeCore({"0:0-1"});
+  ASSERT_NE(core, nullptr);
+  const int64_t hidden = core->config().hidden_size;
+  std::vector<float> in = Inputs(1, hidden, 1.0f), out(in.size());
+  AsyncResult bad, cold;
+  core->RunAsync({0, hidden + 1, {{0, 1, in.data(), out.data()}}}, Record(&bad));
+  ASSERT_TRUE(bad.done.HasBeenNotified());
+  EXPECT_THAT(bad.status, StatusIs(absl::StatusCode::kInvalidArgument));
+  core->RunAsync({0, hidden, {{0, 1, in.data(), out.data()}}}, Record(&cold));
+  cold.done.WaitForNotification();
+  EXPECT_THAT(cold.status, StatusIs(absl::StatusCode::kUnavailable));  // not warmed up
+}
+
+TEST_F(ExpertWorkerCoreTest, DestructionFinishesQueuedCalls) {
+  auto core = MakeCore({"0:0"}, /*max_inline_calls=*/0);
+  ASSERT_NE(core, nullptr);
+  ASSERT_OK(core->WarmUp());
+  const int64_t hidden = core->config().hidden_size;
+  std::vector<float> in = Inputs(4, hidden, 0.1f);
+  std::vector<std::vector<float>> outs(8, std::vector<float>(in.size()));
+  std::vector<AsyncResult> results(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    core->RunAsync({0, hidden, {{0, 4, in.data(), outs[i].data()}}}, Record(&results[i]));
+  }
+  core.reset();
+  for (const AsyncResult& r : results) {
+    EXPECT_TRUE(r.done.HasBeenNotified());
+    EXPECT_OK(r.status);
+  }
 }
 
 }  // namespace
