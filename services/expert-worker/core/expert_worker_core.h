@@ -39,6 +39,7 @@
 #include "common/kernels/thread_pool.h"
 #include "common/metrics/registry.h"
 #include "common/model/checkpoint.h"
+#include "common/model/expert_spec.h"
 
 namespace moe::expert_worker {
 
@@ -83,10 +84,7 @@ struct ExpertWorkerCoreOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
-// Parses expert specs ("L:E", "L:E1-E2", "*:E", "*:E1-E2"; '*' = every MoE layer of `config`)
-// into sorted, distinct keys. InvalidArgument naming the bad spec.
-absl::StatusOr<std::vector<ExpertKey>> ParseExpertSpecs(const std::vector<std::string>& specs,
-                                                        const model::ModelConfig& config);
+using model::ParseExpertSpecs;
 
 // Worker metrics (the router side has moe_expert_call_seconds).
 struct ExpertWorkerMetrics {

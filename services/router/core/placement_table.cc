@@ -7,23 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/model/expert_spec.h"
 
 namespace moe::router {
-namespace {
-
-bool ParseRange(absl::string_view text, int64_t* first, int64_t* last) {
-  std::vector<absl::string_view> parts = absl::StrSplit(text, '-');
-  if (parts.size() == 1) {
-    if (!absl::SimpleAtoi(parts[0], first)) return false;
-    *last = *first;
-    return true;
-  }
-  return parts.size() == 2 && absl::SimpleAtoi(parts[0], first) &&
-         absl::SimpleAtoi(parts[1], last) && *first <= *last;
-}
-
-}  // namespace
-
 const PlacementWorker* PlacementTable::FindWorker(int32_t worker_id) const {
   for (const PlacementWorker& w : workers) {
     if (w.worker_id == worker_id) return &w;
@@ -124,15 +110,13 @@ absl::StatusOr<PlacementTable> BuildPlacement(const std::vector<std::string>& ad
   }
   for (const std::string& spec : specs) {
     std::vector<absl::string_view> kv = absl::StrSplit(spec, '=');
-    std::vector<absl::string_view> le =
-        kv.size() == 2 ? absl::StrSplit(kv[0], ':') : std::vector<absl::string_view>{};
-    int64_t l0 = 0, l1 = t.num_layers - 1, e0 = 0, e1 = 0;
-    const bool ok = le.size() == 2 && (le[0] == "*" || ParseRange(le[0], &l0, &l1)) &&
-                    ParseRange(le[1], &e0, &e1) && l0 >= 0 && l1 < t.num_layers && e0 >= 0 &&
-                    e1 < t.num_experts;
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("experts.placement: \"", spec, "\" is not L:E=w1,w2 within the model"));
+    absl::StatusOr<std::vector<model::ExpertKey>> keys =
+        kv.size() == 2 ? model::ParseExpertSpecs({std::string(kv[0])}, config)
+                       : absl::InvalidArgumentError("no '='");
+    if (!keys.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("experts.placement: \"", spec,
+                                                     "\" is not L:E=w1,w2 within the model (",
+                                                     keys.status().message(), ")"));
     }
     std::vector<int32_t> ws;
     for (absl::string_view w : absl::StrSplit(kv[1], ',')) {
@@ -143,13 +127,10 @@ absl::StatusOr<PlacementTable> BuildPlacement(const std::vector<std::string>& ad
       }
       ws.push_back(id);
     }
-    for (int64_t l = l0; l <= l1; ++l) {
-      if (!config.IsMoeLayer(l)) continue;
-      for (int64_t e = e0; e <= e1; ++e) {
-        for (int32_t w : ws) {
-          auto& r = t.MutableReplicas(l, e);
-          if (std::find(r.begin(), r.end(), w) == r.end()) r.push_back(w);
-        }
+    for (const model::ExpertKey& k : *keys) {
+      for (int32_t w : ws) {
+        auto& r = t.MutableReplicas(k.layer, k.expert);
+        if (std::find(r.begin(), r.end(), w) == r.end()) r.push_back(w);
       }
     }
   }
