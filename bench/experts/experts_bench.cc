@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -64,9 +65,11 @@ struct DecodeRun {
 };
 
 // 32 greedy streams; decode tok/s over the steps after every stream has its first token.
+// `on_decode_start` (optional) runs once every stream has its first token (prefill done).
 absl::StatusOr<DecodeRun> Decode(const model::Checkpoint& ckpt, int threads,
                                  engine::ExpertExecutor* experts, int decode_tokens,
-                                 int micro_batches = 2) {
+                                 int micro_batches = 2,
+                                 const std::function<void()>& on_decode_start = nullptr) {
   engine::EngineOptions eo;
   eo.num_threads = threads;
   eo.micro_batches = micro_batches;
@@ -85,7 +88,10 @@ absl::StatusOr<DecodeRun> Decode(const model::Checkpoint& ckpt, int threads,
   int64_t tokens = 0;
   absl::Time first;
   auto results = gen.Generate(reqs, [&](size_t, const engine::SampledToken&) {
-    if (++tokens == kStreams) first = absl::Now();
+    if (++tokens == kStreams) {
+      if (on_decode_start) on_decode_start();
+      first = absl::Now();
+    }
   });
   const absl::Time end = absl::Now();
   if (!results.ok()) return results.status();
@@ -157,18 +163,40 @@ absl::StatusOr<BenchReport> RunExpertsBench(const SuiteOptions& o) {
                    Decode(*dense, router_threads, &no_experts, decode_tokens, /*micro_batches=*/1));
   ASSIGN_OR_RETURN(auto remote, router::RemoteExpertExecutor::Create(ro, full->config(), &registry,
                                                                      &common::SystemClock::Get()));
-  // Without ping-pong first (its dispatch figures are the plain round trip), then with.
+  // Expert-call figures of the decode steps only (prefill calls are far larger): snapshots when
+  // decoding starts and when it ends.
+  struct CallStats {
+    double dispatch_sum = 0, dispatch_n = 0, busy = 0, worker_calls = 0;
+  };
+  auto snapshot = [&] {
+    CallStats c;
+    c.dispatch_n = registry.Value("moe_expert_layer_dispatch_seconds").value_or(0);
+    c.dispatch_sum = registry.HistogramSum("moe_expert_layer_dispatch_seconds").value_or(0);
+    for (auto& r : worker_registries) {
+      c.busy += r->Value("moe_expert_worker_busy_seconds_total").value_or(0);
+      c.worker_calls += r->Value("moe_expert_worker_calls_total").value_or(0);
+    }
+    return c;
+  };
+  struct DecodeCalls {
+    double dispatch_ms = 0, compute_ms = 0, calls = 0;
+  };
+  auto decode_calls = [](const CallStats& a, const CallStats& b) {
+    DecodeCalls d;
+    d.calls = b.dispatch_n - a.dispatch_n;
+    if (d.calls > 0) d.dispatch_ms = 1e3 * (b.dispatch_sum - a.dispatch_sum) / d.calls;
+    if (b.worker_calls > a.worker_calls) {
+      d.compute_ms = 1e3 * (b.busy - a.busy) / (b.worker_calls - a.worker_calls);
+    }
+    return d;
+  };
+  CallStats start;
   ASSIGN_OR_RETURN(DecodeRun serial, Decode(*dense, router_threads, remote.get(), decode_tokens,
-                                            /*micro_batches=*/1));
-  const double calls = registry.Value("moe_expert_layer_dispatch_seconds").value_or(0);
-  const double sum = registry.HistogramSum("moe_expert_layer_dispatch_seconds").value_or(0);
-  double busy = 0, wcalls = 0;
-  for (auto& r : worker_registries) {
-    busy += r->Value("moe_expert_worker_busy_seconds_total").value_or(0);
-    wcalls += r->Value("moe_expert_worker_calls_total").value_or(0);
-  }
+                                            /*micro_batches=*/1, [&] { start = snapshot(); }));
+  const DecodeCalls serial_calls = decode_calls(start, snapshot());
   ASSIGN_OR_RETURN(DecodeRun pingpong, Decode(*dense, router_threads, remote.get(), decode_tokens,
-                                              /*micro_batches=*/2));
+                                              /*micro_batches=*/2, [&] { start = snapshot(); }));
+  const DecodeCalls pingpong_calls = decode_calls(start, snapshot());
   for (auto& r : runners) r->Shutdown(absl::Now());
   const bool identical = pingpong.outputs == embedded.outputs && serial.outputs == embedded.outputs;
   const bool pingpong_wins = pingpong.tok_s > serial.tok_s;
@@ -198,28 +226,32 @@ absl::StatusOr<BenchReport> RunExpertsBench(const SuiteOptions& o) {
                 "answered at once), at router_threads"},
                {"router_threads", router_threads}},
               Baseline{"embedded_ms_per_step", 1e3 * tokens_per_step / embedded.tok_s}});
-  const double dispatch_ms = calls > 0 ? 1e3 * sum / calls : 0;
-  const double compute_ms = wcalls > 0 ? 1e3 * busy / wcalls : 0;
-  report.Add({"expert_layer_dispatch_ms",
-              dispatch_ms,
-              "ms",
-              {{"what",
-                "mean per-layer dispatch + combine until all outputs are back, router side, "
-                "no ping-pong"},
-               {"calls", calls}},
-              std::nullopt});
-  report.Add(
-      {"expert_worker_compute_ms",
-       compute_ms,
-       "ms",
-       {{"what", "mean compute per RunExperts call on a worker, no ping-pong"}, {"calls", wcalls}},
-       std::nullopt});
+  for (const auto& [suffix, c] :
+       {std::pair<std::string, DecodeCalls>{"", serial_calls}, {"_pingpong", pingpong_calls}}) {
+    const std::string mode = suffix.empty() ? "no ping-pong"
+                                            : "ping-pong (one call per "
+                                              "micro-batch)";
+    report.Add({"expert_layer_dispatch_ms" + suffix,
+                c.dispatch_ms,
+                "ms",
+                {{"what",
+                  "decode steps: mean expert call from submit until every output is "
+                  "back, router side, " +
+                      mode},
+                 {"calls", c.calls}},
+                std::nullopt});
+    report.Add({"expert_worker_compute_ms" + suffix,
+                c.compute_ms,
+                "ms",
+                {{"what", "decode steps: mean compute per RunExperts call on a worker, " + mode}},
+                std::nullopt});
+  }
   report.Add({"expert_rpc_overhead_ms",
-              dispatch_ms - compute_ms,
+              serial_calls.dispatch_ms - serial_calls.compute_ms,
               "ms",
               {{"what",
-                "per layer: dispatch minus worker compute (transport, wake-ups, waiting "
-                "for a core)"}},
+                "decode steps, no ping-pong, per layer: dispatch minus worker compute "
+                "(transport, wake-ups, waiting for a core)"}},
               std::nullopt});
 
   // Placement simulation: Zipf(1.2) over 256 experts, 64 workers x (4 + 1) slots.
