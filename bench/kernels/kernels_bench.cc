@@ -2,7 +2,9 @@
 // m = 1 weight-streaming bandwidth against the machine's streaming read bandwidth (measured in
 // the same run), attention, and the thread pool's ParallelFor overhead.
 //
-//   moe_kernels_bench [--threads N] [--isa avx512|avx2|portable] [--quick]
+//   moe_kernels_bench [--threads N] [--isa avx512_bf16|avx512|avx2|portable] [--quick]
+//                     [--activations f32|bf16|both]   (bf16: kernels.h BF16-ACTIVATION MODE;
+//                     both: each bf16-weight MatMul in both modes, side by side)
 #include <immintrin.h>
 #include <time.h>
 
@@ -79,16 +81,19 @@ double ThreadCpuSeconds() {
 double g_cpu_per_call = 0;
 
 // Runs MatMul over rotating weight copies for about `budget_s`; returns seconds per call.
-double TimeMatMul(const WeightSet& w, int64_t m, ThreadPool* pool, double budget_s) {
+double TimeMatMul(const WeightSet& w, int64_t m, ThreadPool* pool, double budget_s,
+                  Activations act = Activations::kF32) {
   std::vector<float> x(m * w.k, 0.01f), y(m * w.n);
   size_t idx = 0;
-  for (size_t i = 0; i < w.count(); ++i) MatMul(x.data(), m, w.View(i), y.data(), pool);  // warm
+  for (size_t i = 0; i < w.count(); ++i) {
+    MatMul(x.data(), m, w.View(i), y.data(), pool, nullptr, act);  // warm
+  }
   int64_t calls = 0;
   const auto start = Clock::now();
   const double cpu0 = ThreadCpuSeconds();
   double elapsed = 0;
   while (elapsed < budget_s || calls < 3) {
-    MatMul(x.data(), m, w.View(idx), y.data(), pool);
+    MatMul(x.data(), m, w.View(idx), y.data(), pool, nullptr, act);
     idx = (idx + 1) % w.count();
     ++calls;
     elapsed = Seconds(start, Clock::now());
@@ -135,7 +140,14 @@ int main(int argc, char** argv) {
   int64_t max_m = 512;
   int num_shapes = 4;
   const char* only_dtype = nullptr;
+  std::vector<Activations> acts = {Activations::kF32};
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--activations") == 0 && i + 1 < argc) {
+      const std::string a = argv[++i];
+      acts = a == "bf16"   ? std::vector<Activations>{Activations::kBf16}
+             : a == "both" ? std::vector<Activations>{Activations::kF32, Activations::kBf16}
+                           : std::vector<Activations>{Activations::kF32};
+    }
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-probe") == 0) probe_enabled = false;
@@ -182,26 +194,30 @@ int main(int argc, char** argv) {
       const Shape& s = shapes[si];
       if (quick && dt != DType::kBF16 && s.n == 32000) continue;
       const WeightSet w = MakeSet(dt, s.k, s.n, int64_t{96} << 20);
-      double t1 = 0;
-      for (int64_t m : ms) {
-        if (m > max_m || (m == 512 && s.n == 32000))
-          continue;  // prefill computes logits for the last row only
-        const double t = TimeMatMul(w, m, &pool, budget);
-        if (m == 1) t1 = t;
-        const double gflops = 2.0 * m * s.k * s.n / t / 1e9;
-        const double cpu_gflops = 2.0 * m * s.k * s.n / g_cpu_per_call / 1e9;
-        std::printf("%-5s %-26s m=%-4lld %8.3f ms %7.1f GFLOP/s (caller cpu: %6.1f GFLOP/s)",
-                    std::string(moe::common::DTypeName(dt)).c_str(), s.name,
-                    static_cast<long long>(m), t * 1e3, gflops, cpu_gflops);
-        if (m == 1) {
-          const double bw = w.bytes() / t;
-          std::printf("  weights %.2f GB/s = %.2f of probe (caller cpu: %.2f GB/s)", bw / 1e9,
-                      bw / probe, w.bytes() / g_cpu_per_call / 1e9);
-        } else {
-          std::printf("  tokens/s x%.1f of m=1", m * t1 / t);
+      for (Activations act : acts) {
+        if (act == Activations::kBf16 && dt != DType::kBF16) continue;  // bf16 weights only
+        double t1 = 0;
+        for (int64_t m : ms) {
+          if (m > max_m || (m == 512 && s.n == 32000))
+            continue;  // prefill computes logits for the last row only
+          const double t = TimeMatMul(w, m, &pool, budget, act);
+          if (m == 1) t1 = t;
+          const double gflops = 2.0 * m * s.k * s.n / t / 1e9;
+          const double cpu_gflops = 2.0 * m * s.k * s.n / g_cpu_per_call / 1e9;
+          std::printf(
+              "%-5s act=%-4s %-26s m=%-4lld %8.3f ms %7.1f GFLOP/s (caller cpu: %6.1f GFLOP/s)",
+              std::string(moe::common::DTypeName(dt)).c_str(), ActivationsName(act), s.name,
+              static_cast<long long>(m), t * 1e3, gflops, cpu_gflops);
+          if (m == 1) {
+            const double bw = w.bytes() / t;
+            std::printf("  weights %.2f GB/s = %.2f of probe (caller cpu: %.2f GB/s)", bw / 1e9,
+                        bw / probe, w.bytes() / g_cpu_per_call / 1e9);
+          } else {
+            std::printf("  tokens/s x%.1f of m=1", m * t1 / t);
+          }
+          std::printf("\n");
+          std::fflush(stdout);
         }
-        std::printf("\n");
-        std::fflush(stdout);
       }
     }
   }

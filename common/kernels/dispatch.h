@@ -32,6 +32,8 @@ struct MatMulArgs {
   const void* bias;  // [n] or null, dtype bias_dtype
   int bias_dtype;
   float* y;  // [m, n]
+  // kBf16 mode (bf16 weights only): x rounded by RoundToBf16, [m, k]; null in kF32 mode.
+  const uint16_t* xb = nullptr;
 };
 
 struct AttentionArgs {
@@ -60,22 +62,27 @@ struct IsaKernels {
   // out[i] = ExpF(in[i]) (the one exp of every path; see exp_impl.h).
   void (*exp)(const float* in, float* out, int64_t n);
   void (*convert)(const void* src, int dtype, int64_t n, float* dst);
+  // The kBf16-mode matmul (kernels.h BF16-ACTIVATION MODE): a.xb set, a.w bf16.
+  void (*matmul_bf16)(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 };
 
 extern const IsaKernels kPortableKernels;
 extern const IsaKernels kAvx2Kernels;
 extern const IsaKernels kAvx512Kernels;
+// The native VDPBF16PS kernel (isa_avx512bf16.cc); the "avx512_bf16" table is kAvx512Kernels
+// with this as matmul_bf16 (built in kernels.cc).
+void Avx512Bf16MatMul(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 
-// The table in use: the best this CPU supports, unless MOE_KERNELS_ISA=avx512|avx2|portable was
-// set in the environment at first use, or ForceIsaForTesting overrode it.
+// The table in use: the best this CPU supports, unless MOE_KERNELS_ISA=avx512_bf16|avx512|avx2|
+// portable was set in the environment at first use, or ForceIsaForTesting overrode it.
 const IsaKernels& Active();
 
 // Whether this CPU (and OS) can run the named path.
 bool IsaSupported(const char* isa);
 
-// Switches every later kernel call to `isa` ("avx512", "avx2", "portable"), or back to the
-// automatic choice for nullptr. Returns false (and changes nothing) if the CPU lacks it.
-// Not thread-safe with concurrent kernel calls; for tests and benchmarks.
+// Switches every later kernel call to `isa` ("avx512_bf16", "avx512", "avx2", "portable"), or back
+// to the automatic choice for nullptr. Returns false (and changes nothing) if the CPU lacks it. Not
+// thread-safe with concurrent kernel calls; for tests and benchmarks.
 bool ForceIsaForTesting(const char* isa);
 
 // ExpF on the active path, for tests.

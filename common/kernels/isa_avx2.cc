@@ -159,6 +159,98 @@ void MatMulImpl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
+// ------------------------------------------------ kBf16 mode: VDPBF16PS emulated with AVX2+FMA
+// (kernels.h BF16-ACTIVATION MODE). Lanes 0-7 (lo) take elements 0-15 of each 32-element chunk,
+// lanes 8-15 (hi) elements 16-31; in a dword the even element is the low half.
+
+inline __m256 Ftz8(__m256 v) {  // denormal lanes -> zeros of their sign
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), abs);
+  return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_and_si256(tiny, abs), bits));
+}
+inline __m256 Even8(__m256i d) { return _mm256_castsi256_ps(_mm256_slli_epi32(d, 16)); }
+inline __m256 Odd8(__m256i d) {
+  return _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// 2 x 2 outputs: 8 accumulators, one 16-element half of the chunk at a time.
+template <int MR, int NR>
+void TileBf16(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
+  const int64_t k = a.k;
+  const uint16_t* x = a.xb + i0 * k;
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  __m256 acc[2][MR][NR];
+  for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) acc[h][i][r] = _mm256_setzero_ps();
+    }
+  }
+  alignas(32) uint16_t xt[MR][32], wt[NR][32];
+  for (int64_t p = 0; p < k; p += 32) {
+    const uint16_t* xs[MR];
+    const uint16_t* ws[NR];
+    if (p + 32 <= k) {
+      for (int i = 0; i < MR; ++i) xs[i] = x + i * k + p;
+      for (int r = 0; r < NR; ++r) ws[r] = w + (j0 + r) * k + p;
+    } else {  // zero-padded last chunk
+      const int64_t rem = k - p;
+      for (int i = 0; i < MR; ++i) {
+        std::memset(xt[i], 0, sizeof(xt[i]));
+        std::memcpy(xt[i], x + i * k + p, rem * 2);
+        xs[i] = xt[i];
+      }
+      for (int r = 0; r < NR; ++r) {
+        std::memset(wt[r], 0, sizeof(wt[r]));
+        std::memcpy(wt[r], w + (j0 + r) * k + p, rem * 2);
+        ws[r] = wt[r];
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m256 we[NR], wo[NR];
+      for (int r = 0; r < NR; ++r) {
+        const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws[r] + 16 * h));
+        we[r] = Ftz8(Even8(d));
+        wo[r] = Ftz8(Odd8(d));
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[i] + 16 * h));
+        const __m256 xe = Even8(d), xo = Odd8(d);
+        for (int r = 0; r < NR; ++r) {
+          acc[h][i][r] = Ftz8(_mm256_fmadd_ps(xo, wo[r], acc[h][i][r]));
+          acc[h][i][r] = Ftz8(_mm256_fmadd_ps(xe, we[r], acc[h][i][r]));
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* y = a.y + (i0 + i) * a.n + j0;
+    for (int r = 0; r < NR; ++r) {
+      float v = Reduce8x2(acc[0][i][r], acc[1][i][r]);
+      if (a.bias != nullptr) v = v + LoadElem(a.bias, a.bias_dtype, j0 + r);
+      y[r] = v;
+    }
+  }
+}
+
+void MatMulBf16Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  for (int64_t j = n_begin; j < n_end; j += 2) {
+    const bool two_cols = j + 2 <= n_end;
+    for (int64_t i = 0; i < a.m; i += 2) {
+      const bool two_rows = i + 2 <= a.m;
+      if (two_rows && two_cols) {
+        TileBf16<2, 2>(a, i, j);
+      } else if (two_rows) {
+        TileBf16<2, 1>(a, i, j);
+      } else if (two_cols) {
+        TileBf16<1, 2>(a, i, j);
+      } else {
+        TileBf16<1, 1>(a, i, j);
+      }
+    }
+  }
+}
+
 void ConvertImpl(const void* src, int dtype, int64_t n, float* dst) {
   int64_t i = 0;
   if (dtype == kDtBf16) {
@@ -182,5 +274,6 @@ const IsaKernels kAvx2Kernels = {
     &avx2::AttentionImpl,
     &avx2::ExpArray,
     &avx2::ConvertImpl,
+    &avx2::MatMulBf16Impl,
 };
 }  // namespace moe::kernels::internal

@@ -183,6 +183,109 @@ void MatMulImpl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
+// ------------------------------------------------ kBf16 mode: VDPBF16PS emulated with AVX-512F
+// (kernels.h BF16-ACTIVATION MODE). One zmm of 32 bf16 = 16 dwords: the even element of lane l
+// is the dword's low half, the odd one its high half.
+
+// Denormal lanes -> zeros of their sign (exponent field zero).
+inline __m512 Ftz(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __mmask16 tiny = _mm512_cmplt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x00800000));
+  return _mm512_castsi512_ps(
+      _mm512_mask_and_epi32(bits, tiny, bits, _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+}
+inline __m512 EvenHalf(__m512i d) { return _mm512_castsi512_ps(_mm512_slli_epi32(d, 16)); }
+inline __m512 OddHalf(__m512i d) {
+  return _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+inline __mmask32 TailMask32(int64_t rem) { return static_cast<__mmask32>((1ull << rem) - 1u); }
+
+template <int MR, int NR>
+void TileBf16(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
+  const int64_t k = a.k;
+  const uint16_t* x = a.xb + i0 * k;
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < k; p += 32) {
+    const bool full = p + 32 <= k;
+    const __mmask32 mask = full ? ~__mmask32{0} : TailMask32(k - p);
+    __m512 we[NR], wo[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      const __m512i d = _mm512_maskz_loadu_epi16(mask, w + (j0 + r) * k + p);
+      we[r] = Ftz(EvenHalf(d));
+      wo[r] = Ftz(OddHalf(d));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512i d = _mm512_maskz_loadu_epi16(mask, x + i * k + p);
+      const __m512 xe = EvenHalf(d), xo = OddHalf(d);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) {
+        acc[i][r] = Ftz(_mm512_fmadd_ps(xo, wo[r], acc[i][r]));
+        acc[i][r] = Ftz(_mm512_fmadd_ps(xe, we[r], acc[i][r]));
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    float* y = a.y + (i0 + i) * a.n + j0;
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      float v = Reduce16(acc[i][r]);
+      if (a.bias != nullptr) v = v + LoadElem(a.bias, a.bias_dtype, j0 + r);
+      y[r] = v;
+    }
+  }
+}
+
+template <int MR>
+TileFn PickBf16Nr(int64_t nr) {
+  switch (nr) {
+    case 1:
+      return &TileBf16<MR, 1>;
+    case 2:
+      return &TileBf16<MR, 2>;
+    case 3:
+      return &TileBf16<MR, 3>;
+    default:
+      return &TileBf16<MR, 4>;
+  }
+}
+TileFn PickBf16Tile(int64_t mr, int64_t nr) {
+  switch (mr) {
+    case 1:
+      return PickBf16Nr<1>(nr);
+    case 2:
+      return PickBf16Nr<2>(nr);
+    case 3:
+      return PickBf16Nr<3>(nr);
+    default:
+      return PickBf16Nr<4>(nr);
+  }
+}
+
+void MatMulBf16Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  int64_t mc = (256 * 1024) / (a.k * 2);
+  mc = mc < kMR ? kMR : mc / kMR * kMR;
+  for (int64_t mb = 0; mb < a.m; mb += mc) {
+    const int64_t me = mb + mc < a.m ? mb + mc : a.m;
+    for (int64_t j = n_begin; j < n_end; j += kNR) {
+      const int64_t nr = n_end - j < kNR ? n_end - j : kNR;
+      for (int64_t i = mb; i < me; i += kMR) {
+        const int64_t mr = me - i < kMR ? me - i : kMR;
+        PickBf16Tile(mr, nr)(a, i, j);
+      }
+    }
+  }
+}
+
 void ConvertImpl(const void* src, int dtype, int64_t n, float* dst) {
   int64_t i = 0;
   if (dtype == kDtBf16) {
@@ -206,5 +309,6 @@ const IsaKernels kAvx512Kernels = {
     &avx512::AttentionImpl,
     &avx512::ExpArray,
     &avx512::ConvertImpl,
+    &avx512::MatMulBf16Impl,
 };
 }  // namespace moe::kernels::internal

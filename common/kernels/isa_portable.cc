@@ -38,6 +38,35 @@ void MatMulImpl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
+// The kBf16 contract in plain scalar code: 16 lanes, 32-element chunks (zero padded), per lane
+// the odd element's fma then the even one's, each flushed; then the tree.
+void MatMulBf16Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  const int64_t k = a.k;
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const uint16_t* wr = w + j * k;
+    const float bias = a.bias != nullptr ? LoadElem(a.bias, a.bias_dtype, j) : 0.0f;
+    for (int64_t i = 0; i < a.m; ++i) {
+      const uint16_t* xr = a.xb + i * k;
+      float acc[16] = {};
+      for (int64_t p0 = 0; p0 < k; p0 += 32) {
+        for (int l = 0; l < 16; ++l) {
+          const int64_t e0 = p0 + 2 * l, e1 = e0 + 1;
+          const float x1 = e1 < k ? Bf16Bits(xr[e1]) : 0.0f;
+          const float w1 = e1 < k ? FlushDenormal(Bf16Bits(wr[e1])) : 0.0f;
+          const float x0 = e0 < k ? Bf16Bits(xr[e0]) : 0.0f;
+          const float w0 = e0 < k ? FlushDenormal(Bf16Bits(wr[e0])) : 0.0f;
+          acc[l] = FlushDenormal(std::fma(x1, w1, acc[l]));
+          acc[l] = FlushDenormal(std::fma(x0, w0, acc[l]));
+        }
+      }
+      float v = ReduceLanes(acc);
+      if (a.bias != nullptr) v = v + bias;
+      a.y[i * a.n + j] = v;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moe::kernels::portable
 
@@ -51,5 +80,6 @@ const IsaKernels kPortableKernels = {
     &portable::AttentionImpl,
     &portable::ExpArray,
     &portable::ConvertImpl,
+    &portable::MatMulBf16Impl,
 };
 }  // namespace moe::kernels::internal

@@ -17,12 +17,27 @@ namespace moe::kernels {
 namespace internal {
 namespace {
 
+// The AVX-512 table with the native VDPBF16PS kBf16 matmul.
+const IsaKernels* Avx512Bf16Table() {
+  static const IsaKernels table = [] {
+    IsaKernels t = kAvx512Kernels;
+    t.name = "avx512_bf16";
+    t.matmul_bf16 = &Avx512Bf16MatMul;
+    return t;
+  }();
+  return &table;
+}
+
 const IsaKernels* AutoChoice() {
   if (const char* env = std::getenv("MOE_KERNELS_ISA"); env != nullptr && *env != '\0') {
+    if (std::strcmp(env, "avx512_bf16") == 0 && IsaSupported("avx512_bf16")) {
+      return Avx512Bf16Table();
+    }
     if (std::strcmp(env, "avx512") == 0 && IsaSupported("avx512")) return &kAvx512Kernels;
     if (std::strcmp(env, "avx2") == 0 && IsaSupported("avx2")) return &kAvx2Kernels;
     if (std::strcmp(env, "portable") == 0) return &kPortableKernels;
   }
+  if (IsaSupported("avx512_bf16")) return Avx512Bf16Table();
   if (IsaSupported("avx512")) return &kAvx512Kernels;
   if (IsaSupported("avx2")) return &kAvx2Kernels;
   return &kPortableKernels;
@@ -39,9 +54,12 @@ bool IsaSupported(const char* isa) {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("f16c");
   if (std::strcmp(isa, "avx2") == 0) return avx2;
-  if (std::strcmp(isa, "avx512") == 0) {
-    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq");
+  if (std::strcmp(isa, "avx512") == 0) return avx512;
+  if (std::strcmp(isa, "avx512_bf16") == 0) {
+    return avx512 && __builtin_cpu_supports("avx512bf16");
   }
 #endif
   return false;
@@ -59,9 +77,10 @@ bool ForceIsaForTesting(const char* isa) {
     return true;
   }
   if (!IsaSupported(isa)) return false;
-  const IsaKernels* table = std::strcmp(isa, "avx512") == 0 ? &kAvx512Kernels
-                            : std::strcmp(isa, "avx2") == 0 ? &kAvx2Kernels
-                                                            : &kPortableKernels;
+  const IsaKernels* table = std::strcmp(isa, "avx512_bf16") == 0 ? Avx512Bf16Table()
+                            : std::strcmp(isa, "avx512") == 0    ? &kAvx512Kernels
+                            : std::strcmp(isa, "avx2") == 0      ? &kAvx2Kernels
+                                                                 : &kPortableKernels;
   g_forced.store(table);
   return true;
 }
@@ -95,6 +114,16 @@ int64_t ChunkRows(int64_t total_rows, int threads) {
   return std::clamp<int64_t>((want + 15) / 16 * 16, 16, 512);
 }
 
+// Whether a MatMul of `w` in mode `act` takes the kBf16 path (bf16 weights only; kernels.h).
+bool UsesBf16(Activations act, const WeightView& w) {
+  return act == Activations::kBf16 && w.dtype == DType::kBF16;
+}
+
+using MatMulFn = void (*)(const internal::MatMulArgs&, int64_t, int64_t);
+MatMulFn KernelOf(const internal::IsaKernels& isa, const internal::MatMulArgs& a) {
+  return a.xb != nullptr ? isa.matmul_bf16 : isa.matmul;
+}
+
 // f32 copy of a small weight vector (norm weights), reusing a per-thread buffer.
 const float* AsF32(const WeightView& w, int64_t n) {
   if (w.dtype == DType::kF32) return static_cast<const float*>(w.data);
@@ -107,22 +136,30 @@ const float* AsF32(const WeightView& w, int64_t n) {
 }  // namespace
 
 void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool,
-            const WeightView* bias) {
+            const WeightView* bias, Activations act) {
   MOE_CHECK(m >= 0 && w.rows >= 0 && w.cols >= 1);
   if (m == 0 || w.rows == 0) return;
   const bool has_bias = bias != nullptr && bias->data != nullptr;
-  const internal::MatMulArgs args{x,
-                                  m,
-                                  w.cols,
-                                  w.data,
-                                  static_cast<int>(w.dtype),
-                                  w.rows,
-                                  has_bias ? bias->data : nullptr,
-                                  has_bias ? static_cast<int>(bias->dtype) : 0,
-                                  y};
+  internal::MatMulArgs args{x,
+                            m,
+                            w.cols,
+                            w.data,
+                            static_cast<int>(w.dtype),
+                            w.rows,
+                            has_bias ? bias->data : nullptr,
+                            has_bias ? static_cast<int>(bias->dtype) : 0,
+                            y,
+                            nullptr};
+  thread_local std::vector<uint16_t> xb_buf;
+  if (UsesBf16(act, w)) {
+    xb_buf.resize(static_cast<size_t>(m * w.cols));
+    RoundToBf16(x, m * w.cols, xb_buf.data());
+    args.xb = xb_buf.data();
+  }
   const auto& isa = Active();
+  const auto kernel = KernelOf(isa, args);
   if (pool == nullptr || m * w.rows * w.cols < kMinParallelMacs) {
-    isa.matmul(args, 0, w.rows);
+    kernel(args, 0, w.rows);
     return;
   }
   if (w.rows < 32 * pool->num_threads() && m >= 4 * pool->num_threads()) {
@@ -132,14 +169,15 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
     Parallel(pool, m, grain, [&](int64_t b, int64_t e) {
       internal::MatMulArgs part = args;
       part.x = x + b * w.cols;
+      if (args.xb != nullptr) part.xb = args.xb + b * w.cols;
       part.y = y + b * w.rows;
       part.m = e - b;
-      isa.matmul(part, 0, w.rows);
+      kernel(part, 0, w.rows);
     });
     return;
   }
   Parallel(pool, w.rows, ChunkRows(w.rows, pool->num_threads()),
-           [&](int64_t b, int64_t e) { isa.matmul(args, b, e); });
+           [&](int64_t b, int64_t e) { kernel(args, b, e); });
 }
 
 namespace {
@@ -178,7 +216,35 @@ internal::MatMulArgs ArgsOf(const float* x, int64_t m, const WeightView& w, floa
           w.rows,
           has_bias ? bias->data : nullptr,
           has_bias ? static_cast<int>(bias->dtype) : 0,
-          y};
+          y,
+          nullptr};
+}
+
+// Rounds the x of every kBf16 argument set to bf16 into `buf` (one copy per distinct (x, m, k):
+// q/k/v share theirs), and points their xb at it. `use[i]` says whether args[i] is kBf16.
+void PrepareBf16(std::vector<internal::MatMulArgs>& args, const std::vector<uint8_t>& use,
+                 std::vector<uint16_t>& buf) {
+  size_t total = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (use[i]) total += static_cast<size_t>(args[i].m * args[i].k);
+  }
+  if (total == 0) return;
+  if (buf.size() < total) buf.resize(total);
+  size_t off = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!use[i] || args[i].m == 0) continue;
+    for (size_t j = 0; j < i; ++j) {
+      if (use[j] && args[j].x == args[i].x && args[j].m == args[i].m && args[j].k == args[i].k &&
+          args[j].xb != nullptr) {
+        args[i].xb = args[j].xb;
+        break;
+      }
+    }
+    if (args[i].xb != nullptr) continue;
+    RoundToBf16(args[i].x, args[i].m * args[i].k, buf.data() + off);
+    args[i].xb = buf.data() + off;
+    off += static_cast<size_t>(args[i].m * args[i].k);
+  }
 }
 
 }  // namespace
@@ -188,18 +254,23 @@ void MatMulMany(const MatMulTask* tasks, int64_t num_tasks, ThreadPool* pool) {
   // inside it would be the worker thread's own, empty, copy).
   thread_local std::vector<internal::MatMulArgs> args_buf;
   thread_local std::vector<WorkItem> items_buf;
+  thread_local std::vector<uint8_t> use_buf;
+  thread_local std::vector<uint16_t> xb_buf;
   std::vector<internal::MatMulArgs>& args = args_buf;
   std::vector<WorkItem>& items = items_buf;
   args.clear();
   items.clear();
+  use_buf.clear();
   int64_t total_rows = 0, macs = 0;
   for (int64_t t = 0; t < num_tasks; ++t) {
     const MatMulTask& task = tasks[t];
     MOE_CHECK(task.m >= 0 && task.w.rows >= 0 && task.w.cols >= 1);
     args.push_back(ArgsOf(task.x, task.m, task.w, task.y, task.bias));
+    use_buf.push_back(UsesBf16(task.activations, task.w) ? 1 : 0);
     if (task.m > 0) total_rows += task.w.rows;
     macs += task.m * task.w.rows * task.w.cols;
   }
+  PrepareBf16(args, use_buf, xb_buf);
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t chunk = ChunkRows(total_rows, threads);
   for (int64_t t = 0; t < num_tasks; ++t) {
@@ -210,17 +281,20 @@ void MatMulMany(const MatMulTask* tasks, int64_t num_tasks, ThreadPool* pool) {
   const internal::MatMulArgs* args_at = args.data();
   RunItems(pool, static_cast<int64_t>(items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
     const WorkItem& it = item_at[i];
-    isa.matmul(args_at[it.task], it.j0, it.j1);
+    KernelOf(isa, args_at[it.task])(args_at[it.task], it.j0, it.j1);
   });
 }
 
 void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool) {
   thread_local std::vector<internal::MatMulArgs> args_buf;  // gate, up of each task
   thread_local std::vector<WorkItem> items_buf;
+  thread_local std::vector<uint8_t> use_buf;
+  thread_local std::vector<uint16_t> xb_buf;
   std::vector<internal::MatMulArgs>& args = args_buf;
   std::vector<WorkItem>& items = items_buf;
   args.clear();
   items.clear();
+  use_buf.clear();
   int64_t total_rows = 0, macs = 0;
   for (int64_t t = 0; t < num_tasks; ++t) {
     const SwiGluTask& task = tasks[t];
@@ -228,9 +302,12 @@ void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool) {
               task.gate.cols == task.up.cols);
     args.push_back(ArgsOf(task.x, task.m, task.gate, task.act, nullptr));
     args.push_back(ArgsOf(task.x, task.m, task.up, task.up_scratch, nullptr));
+    use_buf.push_back(UsesBf16(task.activations, task.gate) ? 1 : 0);
+    use_buf.push_back(UsesBf16(task.activations, task.up) ? 1 : 0);
     if (task.m > 0) total_rows += task.gate.rows;
     macs += 2 * task.m * task.gate.rows * task.gate.cols;
   }
+  PrepareBf16(args, use_buf, xb_buf);
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t chunk = ChunkRows(total_rows, threads);
   for (int64_t t = 0; t < num_tasks; ++t) {
@@ -242,8 +319,10 @@ void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool) {
   RunItems(pool, static_cast<int64_t>(items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
     const WorkItem& it = item_at[i];
     const SwiGluTask& task = tasks[it.task];
-    isa.matmul(args_at[2 * it.task], it.j0, it.j1);
-    isa.matmul(args_at[2 * it.task + 1], it.j0, it.j1);
+    const internal::MatMulArgs& gate = args_at[2 * it.task];
+    const internal::MatMulArgs& up = args_at[2 * it.task + 1];
+    KernelOf(isa, gate)(gate, it.j0, it.j1);
+    KernelOf(isa, up)(up, it.j0, it.j1);
     const int64_t inter = task.gate.rows;
     for (int64_t r = 0; r < task.m; ++r) {
       isa.silu_mul(task.act + r * inter + it.j0, task.up_scratch + r * inter + it.j0,
@@ -375,5 +454,21 @@ void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst) {
 }
 
 const char* ActiveIsa() { return Active().name; }
+
+const char* ActivationsName(Activations a) { return a == Activations::kBf16 ? "bf16" : "f32"; }
+
+void RoundToBf16(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &src[i], sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload, set quiet bit
+      dst[i] = static_cast<uint16_t>((bits >> 16) | 0x0040u);
+      continue;
+    }
+    if ((bits & 0x7f800000u) == 0) bits &= 0x80000000u;  // denormal -> signed zero
+    bits += 0x7fffu + ((bits >> 16) & 1u);               // round to nearest, ties to even
+    dst[i] = static_cast<uint16_t>(bits >> 16);
+  }
+}
 
 }  // namespace moe::kernels

@@ -13,6 +13,29 @@
 // Weights are in Hugging Face Linear layout: W[n, k] row-major (n = out features), f32/bf16/f16,
 // converted to f32 exactly in registers. Activations and accumulation are f32.
 //
+// BF16-ACTIVATION MODE (Activations::kBf16; opt-in, a cluster-wide setting like the weights'
+// dtype: every process of a cluster must use the same mode to compute bit-identically). It applies
+// to MatMul / MatMulMany / SwiGluMany with bf16 weights only; with f32/f16 weights kBf16 computes
+// exactly as kF32 (the f32 path above). For bf16 weights each output element is:
+//   1. the activation row is rounded to bf16 by RoundToBf16 (below): an f32 denormal becomes a
+//      zero of its sign (DAZ), then round-to-nearest-even (ties to even; overflow -> inf), NaN ->
+//      a quiet NaN;
+//   2. the dot product over k runs in 16 f32 lanes; k is cut into 32-element chunks (the last one
+//      zero-padded); in chunk c, lane l takes the pair p0 = 32c + 2l, p1 = p0 + 1 and does, in this
+//      order, acc = ftz(fma(x[p1], daz(w[p1]), acc)); acc = ftz(fma(x[p0], daz(w[p0]), acc)),
+//      where each fma is one RNE rounding of the exact product-sum (a bf16 x bf16 product is exact
+//      in f32), daz() maps a denormal bf16 weight to a zero of its sign and ftz() maps a denormal
+//      result to a zero of its sign. That is exactly VDPBF16PS (Intel's pseudo-code: odd element
+//      first, "FP32 FMA with DAZ in, FTZ out and RNE rounding"; checked bit for bit on Zen 4);
+//   3. the 16 lanes are reduced by the same tree as above, in f32 (no flushing), then + bias.
+// The "avx512_bf16" path runs VDPBF16PS; avx512/avx2/portable emulate it with f32 FMAs and the
+// explicit flushes (slower than their f32 path: kBf16 pays off only on AVX-512 BF16 machines).
+// All paths are bitwise identical, except that ftz() in the emulation flushes a result whose
+// exact value lies within 2^-150 below 2^-126 by the subnormal rounding's verdict where x86's
+// "tininess after rounding" may differ: results within 1 ulp of FLT_MIN, never met by activations.
+// Error bound: |y - dot_double(bf16(x), w)| <= (k/16 + 5) * u * sum|bf16(x) w|, u = 2^-24 (each
+// lane adds at most k/16 + 1 roundings, the tree 4), plus flushed-denormal terms (< 2^-126 each).
+//
 // Thread-safety: all functions are reentrant; `pool` may be null (then the caller's thread runs).
 #pragma once
 
@@ -25,6 +48,17 @@ namespace moe::kernels {
 
 using common::DType;
 
+// Activation numerics of the MatMul family (see BF16-ACTIVATION MODE above). kF32 is the default
+// and the contract above; kBf16 is opt-in.
+enum class Activations : uint8_t { kF32, kBf16 };
+
+// "f32" / "bf16".
+const char* ActivationsName(Activations a);
+
+// dst[i] = bf16 of src[i] as the kBf16 mode rounds activations: denormal -> signed zero, then
+// round-to-nearest-even; NaN -> quiet NaN. Integer operations only: identical on every path.
+void RoundToBf16(const float* src, int64_t n, uint16_t* dst);
+
 // A read-only view of a 2-D weight matrix W[rows, cols] (row-major, contiguous rows).
 struct WeightView {
   const void* data = nullptr;
@@ -35,8 +69,9 @@ struct WeightView {
 
 // y[m, n] = x[m, k] · W[n, k]^T (+ bias[n] if bias.data != null; bias is [1, n] or [n, 1]).
 // REQUIRES: x has m*k floats, y has room for m*n floats, W.cols == k. y must not alias x.
+// `act` selects the activation numerics (kBf16 changes results for bf16 weights only).
 void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool,
-            const WeightView* bias = nullptr);
+            const WeightView* bias = nullptr, Activations act = Activations::kF32);
 
 // One MatMul of a MatMulMany batch: y[m, w.rows] = x[m, w.cols] · W^T (+ bias).
 struct MatMulTask {
@@ -45,6 +80,7 @@ struct MatMulTask {
   WeightView w;
   float* y = nullptr;
   const WeightView* bias = nullptr;  // optional, as MatMul's
+  Activations activations = Activations::kF32;
 };
 
 // Independent MatMuls in one parallel region (one fork/join): their output columns are cut into
@@ -63,6 +99,7 @@ struct SwiGluTask {
   WeightView up;
   float* act = nullptr;
   float* up_scratch = nullptr;
+  Activations activations = Activations::kF32;  // for both gate and up
 };
 void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool);
 
@@ -125,7 +162,9 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
 // Converts n elements of `src` (dtype) to f32 (embedding rows, norms).
 void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst);
 
-// Which SIMD path the dispatcher picked on this machine: "avx512", "avx2" or "portable".
+// Which SIMD path the dispatcher picked on this machine: "avx512_bf16" (AVX-512 plus
+// VDPBF16PS: the f32 kernels are avx512's, the kBf16 matmul is native), "avx512", "avx2" or
+// "portable".
 const char* ActiveIsa();
 
 }  // namespace moe::kernels

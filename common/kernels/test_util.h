@@ -15,7 +15,7 @@ namespace moe::kernels::testing {
 // The ISA paths this CPU can run ("portable" always).
 inline std::vector<const char*> SupportedIsas() {
   std::vector<const char*> out;
-  for (const char* isa : {"avx512", "avx2", "portable"}) {
+  for (const char* isa : {"avx512_bf16", "avx512", "avx2", "portable"}) {
     if (internal::IsaSupported(isa)) out.push_back(isa);
   }
   return out;
