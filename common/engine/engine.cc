@@ -93,7 +93,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelConfig&
 
   e->pool_ = std::make_unique<kernels::ThreadPool>(options.num_threads);
   if (experts == nullptr) {
-    e->owned_experts_ = std::make_unique<LocalExpertExecutor>(&weights, e->pool_.get());
+    e->owned_experts_ =
+        std::make_unique<LocalExpertExecutor>(&weights, e->pool_.get(), options.activations);
     e->experts_ = e->owned_experts_.get();
   } else {
     e->experts_ = experts;
@@ -356,7 +357,7 @@ absl::Status Engine::StartLayer(MicroBatch& mb, int64_t l, StepOutput* out) {
   for (int64_t i = 0; i < mb.t * hidden; ++i) x[i] += proj[i];
   kernels::RmsNorm(x, mb.t, hidden, w.post_attn_norm, eps, h);
   if (config_.IsMoeLayer(l)) return SubmitExperts(mb, l, out);
-  RunSwiGlu(h, mb.t, w.dense_mlp, &ffn_scratch_, proj, pool_.get());
+  RunSwiGlu(h, mb.t, w.dense_mlp, &ffn_scratch_, proj, pool_.get(), options_.activations);
   return absl::OkStatus();
 }
 
@@ -388,9 +389,10 @@ void Engine::Attention(const MicroBatch& mb, int64_t layer_idx) {
 
   // q, k and v in one parallel region (one fork/join).
   const bool bias = c.attention_bias;
-  const kernels::MatMulTask qkv[] = {{h, t, w.q_proj, q, bias ? &w.q_bias : nullptr},
-                                     {h, t, w.k_proj, k, bias ? &w.k_bias : nullptr},
-                                     {h, t, w.v_proj, v, bias ? &w.v_bias : nullptr}};
+  const kernels::Activations act = options_.activations;
+  const kernels::MatMulTask qkv[] = {{h, t, w.q_proj, q, bias ? &w.q_bias : nullptr, act},
+                                     {h, t, w.k_proj, k, bias ? &w.k_bias : nullptr, act},
+                                     {h, t, w.v_proj, v, bias ? &w.v_bias : nullptr, act}};
   kernels::MatMulMany(qkv, 3, pool);
   if (c.qk_norm) {
     if (c.qk_norm_per_head) {  // Qwen3-MoE: RMSNorm over each head's head_dim features
@@ -415,7 +417,7 @@ void Engine::Attention(const MicroBatch& mb, int64_t layer_idx) {
   kernels::PagedAttention(q, t, heads, tokens, kv_->layout(), kv_->k(layer_idx), kv_->v(layer_idx),
                           attn_scale_, attn, pool);
   kernels::MatMul(attn, t, w.o_proj, proj_.data() + mb.row0 * c.hidden_size, pool,
-                  c.o_proj_bias ? &w.o_bias : nullptr);
+                  c.o_proj_bias ? &w.o_bias : nullptr, act);
 }
 
 absl::Status Engine::SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput* out) {
@@ -466,7 +468,8 @@ absl::Status Engine::SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput
 
   // The shared expert runs here while the routed experts are (possibly) elsewhere.
   if (c.shared_expert_intermediate_size > 0) {
-    RunSwiGlu(h, t, w.shared_expert, &ffn_scratch_, proj_.data() + mb.row0 * hidden, pool_.get());
+    RunSwiGlu(h, t, w.shared_expert, &ffn_scratch_, proj_.data() + mb.row0 * hidden, pool_.get(),
+              options_.activations);
     kernels::MatMul(h, t, w.shared_expert_gate, shared_gate_.data() + mb.row0, pool_.get());
   }
   return absl::OkStatus();

@@ -21,9 +21,10 @@ struct FfnScratch {
 
 // out[m, hidden] = down(silu(gate x) * up x) for x[m, hidden]. `out` must not alias `x`.
 // REQUIRES: the three views are present and shaped [inter, hidden], [inter, hidden], [hidden,
-// inter].
+// inter]. `act`: the activation numerics of the three projections (kernels.h).
 void RunSwiGlu(const float* x, int64_t m, const model::ExpertWeights& w, FfnScratch* scratch,
-               float* out, kernels::ThreadPool* pool);
+               float* out, kernels::ThreadPool* pool,
+               kernels::Activations act = kernels::Activations::kF32);
 
 // True when all three projections of `w` are present (non-null data).
 bool HasFfn(const model::ExpertWeights& w);

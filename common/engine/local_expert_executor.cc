@@ -62,8 +62,8 @@ absl::Status LocalExpertExecutor::Run(const ExpertCall& call) {
     const model::ExpertWeights& w = layer.experts[b.expert_id];
     float* act = scratch_.gate.data() + offset;
     swiglu_tasks_.push_back(
-        {b.input, b.num_tokens, w.gate, w.up, act, scratch_.up.data() + offset});
-    down_tasks_.push_back({act, b.num_tokens, w.down, b.output, nullptr});
+        {b.input, b.num_tokens, w.gate, w.up, act, scratch_.up.data() + offset, activations_});
+    down_tasks_.push_back({act, b.num_tokens, w.down, b.output, nullptr, activations_});
     offset += b.num_tokens * w.gate.rows;
   }
   kernels::SwiGluMany(swiglu_tasks_.data(), static_cast<int64_t>(swiglu_tasks_.size()), pool_);

@@ -18,10 +18,13 @@ namespace moe::engine {
 // The work runs inside Submit(); Await() returns its result. All batches of a call share two
 // parallel regions (kernels::SwiGluMany, then kernels::MatMulMany over the down projections).
 // Lifetime: `weights` and `pool` are borrowed and must outlive the executor.
+// `activations`: the numerics of the expert projections (kernels.h; kBf16 is the opt-in
+// cluster-wide mode: every executor of a cluster must use the engine's setting).
 class LocalExpertExecutor : public ExpertExecutor {
  public:
-  LocalExpertExecutor(const model::ModelWeights* weights, kernels::ThreadPool* pool)
-      : weights_(weights), pool_(pool) {}
+  LocalExpertExecutor(const model::ModelWeights* weights, kernels::ThreadPool* pool,
+                      kernels::Activations activations = kernels::Activations::kF32)
+      : weights_(weights), pool_(pool), activations_(activations) {}
 
   // ExpertExecutor
   absl::StatusOr<ExpertCallHandle> Submit(const ExpertCall& call) override;
@@ -32,6 +35,7 @@ class LocalExpertExecutor : public ExpertExecutor {
 
   const model::ModelWeights* weights_;
   kernels::ThreadPool* pool_;
+  const kernels::Activations activations_;
   FfnScratch scratch_;  // activations and up outputs of all batches of a call, back to back
   std::vector<kernels::SwiGluTask> swiglu_tasks_;
   std::vector<kernels::MatMulTask> down_tasks_;
