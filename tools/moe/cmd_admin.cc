@@ -7,7 +7,9 @@
 //   on every router, compute the new placement, LoadExperts on the workers, SetPlacement on every
 //   router (each answers once its old version drained), UnloadExperts. Prints one line:
 //   {previous_version, version, dry_run, slots_per_worker, window_tokens, balancedness_before,
-//   balancedness_after (expected, per layer), experts_loaded, experts_unloaded, placement}.
+//   balancedness_after (expected, per layer), experts_loaded, experts_unloaded,
+//   routers_converged (routers first brought to the newest version when an earlier run was
+//   interrupted mid-switch), placement}.
 //
 // stats [--window 300s] [--timeout 60s]
 //   One line per router, in --routers order: {router, router_id, model, num_requests_waiting,
@@ -32,7 +34,8 @@
 //   progress finishes first); --once runs one check (its --sustain defaults to 1) and exits 1 if
 //   it failed. One line per check: {time, decision (idle | cooldown | balanced | low | skipped |
 //   dry_run | recalibrated | failed), placement_version, window_tokens, balancedness_source
-//   (measured | expected), balancedness (per layer), min_balancedness, low_checks, and when a
+//   (measured | expected), balancedness (per layer), min_balancedness, low_checks,
+//   routers_converged, and when a
 //   placement was computed: recalibration {previous_version, version, slots_per_worker,
 //   expected_before, expected_after, experts_loaded, experts_unloaded}; error when failed}.
 //   With --metrics-port, /metrics serves moe_coordinator_* (port 0 picks one, announced first
@@ -283,6 +286,7 @@ int RunCalibrate(GrpcRecalibrationTransport& transport, absl::Duration window, i
                       {"balancedness_after", report->balancedness_after},
                       {"experts_loaded", report->experts_loaded},
                       {"experts_unloaded", report->experts_unloaded},
+                      {"routers_converged", report->routers_converged},
                       {"placement", report->placement.DebugString()}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
@@ -296,7 +300,8 @@ nlohmann::json DecisionJson(const router::CoordinatorDecision& d) {
                       {"balancedness_source", d.measured ? "measured" : "expected"},
                       {"balancedness", d.balancedness},
                       {"min_balancedness", d.min_balancedness},
-                      {"low_checks", d.low_checks}};
+                      {"low_checks", d.low_checks},
+                      {"routers_converged", d.routers_converged}};
   if (d.report.has_value()) {
     j["recalibration"] = {{"previous_version", d.report->previous_version},
                           {"version", d.report->version},

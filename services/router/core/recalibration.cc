@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "services/router/core/placement_algorithm.h"
 
@@ -139,6 +140,53 @@ absl::Status ApplyRecalibration(RecalibrationTransport& transport, const Placeme
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> CompleteInterruptedSwitch(RecalibrationTransport& transport,
+                                              std::vector<RouterLoadReport>& reports) {
+  if (reports.empty()) return 0;
+  size_t newest = 0;
+  for (size_t i = 1; i < reports.size(); ++i) {
+    if (reports[i].placement.version > reports[newest].placement.version) newest = i;
+  }
+  const PlacementTable target = reports[newest].placement;
+  auto same = [](const PlacementTable& a, const PlacementTable& b) {
+    return a.version == b.version && a.replicas == b.replicas && a.workers == b.workers;
+  };
+  std::vector<size_t> behind;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const PlacementTable& t = reports[i].placement;
+    if (same(t, target)) continue;
+    if (t.version == target.version) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("routers ", reports[newest].router_id, " and ", reports[i].router_id,
+                       " both use placement v", t.version, " but with different tables"));
+    }
+    behind.push_back(i);
+  }
+  if (behind.empty()) return 0;
+  if (reports.size() != static_cast<size_t>(transport.num_routers())) {
+    return absl::InvalidArgumentError("one report per router is required");
+  }
+  for (size_t i : behind) {
+    MOE_LOG_INFO("recalibration: router {} is on placement v{}, finishing the switch to v{}",
+                 reports[i].router_id, reports[i].placement.version, target.version);
+    RETURN_IF_ERROR(transport.SetPlacement(static_cast<int>(i), target));
+  }
+  // Every router now uses `target`: what only the older tables placed can go.
+  std::vector<PlacementTable> older;
+  for (size_t i : behind) {
+    bool seen = false;
+    for (const PlacementTable& t : older) seen = seen || same(t, reports[i].placement);
+    if (!seen) older.push_back(reports[i].placement);
+    reports[i].placement = target;
+  }
+  for (const PlacementTable& old_table : older) {
+    for (const auto& [address, keys] : PlacementDiff(target, old_table)) {
+      RETURN_IF_ERROR(transport.UnloadExperts(address, keys));
+    }
+  }
+  return static_cast<int>(behind.size());
+}
+
 absl::StatusOr<RecalibrationReport> Recalibrate(RecalibrationTransport& transport,
                                                 const RecalibrationOptions& options) {
   const int n = transport.num_routers();
@@ -148,8 +196,13 @@ absl::StatusOr<RecalibrationReport> Recalibrate(RecalibrationTransport& transpor
     ASSIGN_OR_RETURN(RouterLoadReport r, transport.GetStats(i, options.window));
     reports.push_back(std::move(r));
   }
+  int converged = 0;
+  if (!options.dry_run) {
+    ASSIGN_OR_RETURN(converged, CompleteInterruptedSwitch(transport, reports));
+  }
   ASSIGN_OR_RETURN(ClusterLoad load, AggregateLoad(reports));
   ASSIGN_OR_RETURN(RecalibrationReport report, PlanRecalibration(load, options.slots_per_worker));
+  report.routers_converged = converged;
   if (options.dry_run) return report;
   RETURN_IF_ERROR(ApplyRecalibration(transport, load.placement, report.placement));
   return report;

@@ -46,8 +46,8 @@ struct ClusterLoad {
 };
 
 // Sums `reports`. FAILED_PRECONDITION when there are none, when routers disagree on the
-// placement (version, workers or replicas: a recalibration was interrupted; rerunning one
-// converges) or report windows of different shapes.
+// placement (version, workers or replicas: a recalibration was interrupted;
+// CompleteInterruptedSwitch converges them) or report windows of different shapes.
 absl::StatusOr<ClusterLoad> AggregateLoad(absl::Span<const RouterLoadReport> reports);
 
 // Measured balancedness of each decoder layer of `table`: mean over the table's workers of the
@@ -76,6 +76,16 @@ class RecalibrationTransport {
                                      const std::vector<model::ExpertKey>& keys) = 0;
 };
 
+// Finishes a recalibration that stopped in step 2 (some routers switched to the new version,
+// others not): every router behind the newest version among `reports` is switched to it (its
+// replicas are resident: step 1 completed before any router switched), then the replicas that
+// only the older tables placed are unloaded (step 3), and `reports` is updated to the newest
+// table. Returns how many routers were switched (0 when all agree already: nothing is called).
+// FAILED_PRECONDITION when two routers report the same version with different tables (no way to
+// tell which one is meant); the transport's errors (rerunning converges).
+absl::StatusOr<int> CompleteInterruptedSwitch(RecalibrationTransport& transport,
+                                              std::vector<RouterLoadReport>& reports);
+
 struct RecalibrationOptions {
   absl::Duration window = absl::Minutes(5);
   // Expert slots per worker and layer; 0 = the current most per worker + 1 (one redundant).
@@ -93,7 +103,8 @@ struct RecalibrationReport {
   std::vector<double> balancedness_after;   // expected, under the new one
   int64_t experts_loaded = 0;               // (worker, layer, expert) replicas added
   int64_t experts_unloaded = 0;
-  PlacementTable placement;  // the new table
+  int routers_converged = 0;  // routers first switched to finish an interrupted recalibration
+  PlacementTable placement;   // the new table
 };
 
 // Computes the next placement from `load` (no side effect): the report of a dry run.
@@ -107,11 +118,12 @@ absl::StatusOr<RecalibrationReport> PlanRecalibration(const ClusterLoad& load,
 absl::Status ApplyRecalibration(RecalibrationTransport& transport, const PlacementTable& from,
                                 const PlacementTable& to);
 
-// Runs the protocol above (GetStats on every router, AggregateLoad, PlanRecalibration, then
-// ApplyRecalibration unless dry_run). Errors: FAILED_PRECONDITION when routers disagree on the
-// placement (different versions or tables) or there is nothing to place; the transport's errors (a
-// step that fails stops the protocol: after step 1 the extra replicas stay loaded and unused, after
-// a partial step 2 rerunning the command converges).
+// Runs the protocol above (GetStats on every router, CompleteInterruptedSwitch unless dry_run,
+// AggregateLoad, PlanRecalibration, then ApplyRecalibration unless dry_run). Errors:
+// FAILED_PRECONDITION when routers disagree on the placement in a dry run or at the same
+// version, or there is nothing to place; the transport's errors (a step that fails stops the
+// protocol: after step 1 the extra replicas stay loaded and unused, after a partial step 2 the
+// next run converges first).
 absl::StatusOr<RecalibrationReport> Recalibrate(RecalibrationTransport& transport,
                                                 const RecalibrationOptions& options);
 

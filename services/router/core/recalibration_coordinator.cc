@@ -98,6 +98,13 @@ CoordinatorDecision RecalibrationCoordinator::Check() {
     if (!r.ok()) return failed(r.status(), false);
     reports.push_back(*std::move(r));
   }
+  if (!options_.dry_run) {
+    // A recalibration interrupted in its switch step (this loop's or an operator's) is finished
+    // first, so that the routers agree again.
+    auto converged = CompleteInterruptedSwitch(*transport_, reports);
+    if (!converged.ok()) return failed(converged.status(), true);
+    d.routers_converged = *converged;
+  }
   auto load = AggregateLoad(reports);
   if (!load.ok()) return failed(load.status(), false);
   d.placement_version = load->placement.version;

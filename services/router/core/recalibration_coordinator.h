@@ -15,8 +15,10 @@
 //   - otherwise low; on the `sustain`-th low check in a row the next placement is computed, and
 //     it is skipped (no churn) unless it raises the expected minimum balancedness by at least
 //     `min_improvement`; otherwise applied (or only reported with dry_run), then cooldown.
-// A failed check (stats unreachable, routers disagreeing, a failed protocol step) is reported
-// and keeps the streak, so the recalibration is retried at the next check, `interval` later.
+// A failed check (stats unreachable, routers disagreeing at the same version, a failed protocol
+// step) is reported and keeps the streak, so the recalibration is retried at the next check,
+// `interval` later. Routers left on different versions by an interrupted recalibration are first
+// brought to the newest one (CompleteInterruptedSwitch; not in dry_run).
 //
 // The class has no thread: a driver calls Tick() (or Check()) and waits until next_check();
 // `moe admin coordinate` waits for signals in between, tests advance a FakeClock.
@@ -110,6 +112,7 @@ struct CoordinatorDecision {
   std::vector<double> balancedness;  // per decoder layer (dense layers: 1); empty if no stats
   double min_balancedness = 1.0;     // over MoE layers
   int low_checks = 0;                // the streak after this check
+  int routers_converged = 0;         // routers switched to finish an interrupted recalibration
   // Set when a new placement was computed (skipped, dry_run, recalibrated, or a failed apply).
   std::optional<RecalibrationReport> report;
 };

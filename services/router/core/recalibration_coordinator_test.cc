@@ -287,13 +287,36 @@ TEST_F(RecalibrationCoordinatorTest, SumsEveryRoutersLoad) {
   EXPECT_EQ(cluster.active_[1].version, 1u);
 }
 
-TEST_F(RecalibrationCoordinatorTest, RoutersOnDifferentPlacementsAreAFailedCheck) {
+TEST_F(RecalibrationCoordinatorTest, RoutersOnTheSameVersionWithDifferentTablesAreAFailedCheck) {
   FakeCluster cluster(/*num_routers=*/2);
-  cluster.active_[1].version = 3;
+  cluster.active_[1].MutableReplicas(0, 0) = {1};
   RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
   EXPECT_EQ(Run(c, 1), "failed:0");
   EXPECT_THAT(decisions_[0].status,
               common::testing::StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(cluster.log_, "stats0 stats1 ");
+}
+
+TEST_F(RecalibrationCoordinatorTest, FinishesAnInterruptedSwitchBeforeJudging) {
+  // Router 1 reached v3 and router 0 did not (the earlier recalibration stopped mid-switch).
+  FakeCluster cluster(/*num_routers=*/2);
+  cluster.active_[1].version = 3;
+  cluster.SetEven();
+  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  EXPECT_EQ(Run(c, 1), "balanced:0");
+  EXPECT_EQ(decisions_[0].routers_converged, 1);
+  EXPECT_EQ(decisions_[0].placement_version, 3u);
+  EXPECT_EQ(cluster.active_[0].version, 3u);
+  EXPECT_EQ(cluster.log_, "stats0 stats1 set0 ");  // same replicas: nothing to unload
+  // A dry run never switches: the disagreement stays a failed check.
+  FakeCluster other(/*num_routers=*/2);
+  other.active_[1].version = 3;
+  RecalibrationCoordinatorOptions dry = Options();
+  dry.dry_run = true;
+  RecalibrationCoordinator d(dry, &other, &clock_, &registry_);
+  auto decision = d.Check();
+  EXPECT_EQ(decision.action, CoordinatorAction::kFailed);
+  EXPECT_EQ(other.active_[0].version, 0u);
 }
 
 }  // namespace

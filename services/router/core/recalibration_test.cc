@@ -97,11 +97,46 @@ TEST(RecalibrationTest, DryRunChangesNothing) {
   EXPECT_EQ(cluster.active_[0].version, 0u);
 }
 
-TEST(RecalibrationTest, RefusesWhenRoutersDisagree) {
+TEST(RecalibrationTest, RefusesRoutersOnTheSameVersionWithDifferentTables) {
   FakeCluster cluster;
-  cluster.active_[1].version = 4;
+  cluster.active_[1].MutableReplicas(0, 0) = {1};
+  cluster.resident_["w1"].insert({0, 0});
   EXPECT_THAT(Recalibrate(cluster, {}), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(cluster.log_, "stats0 stats1 ");
+}
+
+// A recalibration stopped after switching router 1 to v1 (expert 0 also on w1, loaded in step 1)
+// and before router 0: the next run switches router 0 first, unloads what only v0 placed, then
+// recalibrates as usual. The fake checks after every step that each router's experts are live.
+TEST(RecalibrationTest, FinishesAnInterruptedSwitchFirst) {
+  FakeCluster cluster;
+  PlacementTable v1 = cluster.active_[0];
+  v1.version = 1;
+  v1.MutableReplicas(0, 0) = {1};  // moved from w0 to w1
+  cluster.resident_["w1"].insert({0, 0});
+  cluster.active_[1] = v1;
+
+  RecalibrationOptions dry;
+  dry.dry_run = true;
+  EXPECT_THAT(Recalibrate(cluster, dry), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(cluster.log_, "stats0 stats1 ");
+
+  cluster.log_.clear();
+  auto report = Recalibrate(cluster, {});
+  ASSERT_OK(report.status());
+  EXPECT_EQ(report->routers_converged, 1);
+  EXPECT_EQ(report->previous_version, 1u);
+  EXPECT_EQ(report->version, 2u);
+  EXPECT_EQ(cluster.log_.substr(0, 25), "stats0 stats1 set0 unload");
+  EXPECT_EQ(cluster.active_[0].version, 2u);
+  EXPECT_EQ(cluster.active_[1].version, 2u);
+
+  // Already in agreement: nothing to finish.
+  std::vector<RouterLoadReport> reports = {{"r0", cluster.active_[0], {}},
+                                           {"r1", cluster.active_[1], {}}};
+  cluster.log_.clear();
+  EXPECT_THAT(CompleteInterruptedSwitch(cluster, reports), common::testing::IsOkAndHolds(0));
+  EXPECT_EQ(cluster.log_, "");
 }
 
 TEST(RecalibrationTest, DiffListsAddedReplicasPerWorker) {
