@@ -46,6 +46,23 @@ int64_t DenseBytesPerToken(const model::ModelWeights& w, const model::ModelConfi
   return b;
 }
 
+// Best seconds of `passes` MatMuls of x[m, k] by `w` (after one warm-up call).
+double TimeMatMul(const kernels::WeightView& w, int64_t m, kernels::Activations act,
+                  kernels::ThreadPool* pool, int passes) {
+  std::vector<float> x(static_cast<size_t>(m * w.cols)), y(static_cast<size_t>(m * w.rows));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (float& f : x) f = d(rng);
+  kernels::MatMul(x.data(), m, w, y.data(), pool, nullptr, act);
+  double best = 1e30;
+  for (int i = 0; i < passes; ++i) {
+    const auto s = Clock::now();
+    kernels::MatMul(x.data(), m, w, y.data(), pool, nullptr, act);
+    best = std::min(best, Seconds(s, Clock::now()));
+  }
+  return best;
+}
+
 int32_t ArgMax(const float* l, int64_t n) {
   return static_cast<int32_t>(std::max_element(l, l + n) - l);
 }
@@ -179,16 +196,60 @@ absl::StatusOr<BenchReport> RunEngineBench(const SuiteOptions& options) {
   engine::StepOutput out;
 
   // Prefill: a warm-up pass (faults the weights in), then the best of the timed passes.
-  double best_prefill = 1e30;
-  for (int pass = 0; pass < (options.quick ? 2 : 3); ++pass) {
-    next_block = 0;
-    Batch b(engine.get(), 1, prefill_len, prefill_len + 1, &next_block, &rng);
-    const auto s = Clock::now();
-    RETURN_IF_ERROR(b.Step(&out));
-    if (pass > 0) best_prefill = std::min(best_prefill, Seconds(s, Clock::now()));
-  }
+  auto best_prefill_s = [&](engine::Engine* e) -> absl::StatusOr<double> {
+    double best = 1e30;
+    for (int pass = 0; pass < (options.quick ? 2 : 3); ++pass) {
+      next_block = 0;
+      Batch b(e, 1, prefill_len, prefill_len + 1, &next_block, &rng);
+      const auto s = Clock::now();
+      RETURN_IF_ERROR(b.Step(&out));
+      if (pass > 0) best = std::min(best, Seconds(s, Clock::now()));
+    }
+    return best;
+  };
+  ASSIGN_OR_RETURN(const double best_prefill, best_prefill_s(engine.get()));
   report.Add({"prefill_tok_s", prefill_len / best_prefill, "tok/s",
               with({{"prompt_tokens", prefill_len}}), std::nullopt});
+
+  // The opt-in bf16-activation mode (EngineOptions::activations) side by side, bf16 weights
+  // only: the same prefill on a second engine, and MatMul GFLOP/s on an expert's gate
+  // projection at m = 32 / 512 in both modes (one pool: the f32 engine's).
+  if (c.dtype == common::DType::kBF16) {
+    engine::EngineOptions bo = eo;
+    bo.activations = kernels::Activations::kBf16;
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> bf16_engine,
+                     engine::Engine::Create(c, ckpt->weights(), bo));
+    ASSIGN_OR_RETURN(const double best_bf16, best_prefill_s(bf16_engine.get()));
+    report.Add({"prefill_tok_s_bf16_act", prefill_len / best_bf16, "tok/s",
+                with({{"prompt_tokens", prefill_len}, {"activations", "bf16"}}), std::nullopt});
+    report.Add({"prefill_bf16_act_speedup", best_prefill / best_bf16, "ratio",
+                with({{"prompt_tokens", prefill_len}, {"over", "prefill_tok_s"}}), std::nullopt});
+    const kernels::WeightView* w = nullptr;
+    for (const model::LayerWeights& l : ckpt->weights().layers) {
+      if (!l.experts.empty() && l.experts[0].gate.data != nullptr) {
+        w = &l.experts[0].gate;
+        break;
+      }
+    }
+    if (w == nullptr) w = &ckpt->weights().layers[0].q_proj;
+    for (int64_t m : {32, 512}) {
+      double secs[2];
+      for (const kernels::Activations act :
+           {kernels::Activations::kF32, kernels::Activations::kBf16}) {
+        const double t = TimeMatMul(*w, m, act, engine->pool(), options.quick ? 3 : 20);
+        secs[act == kernels::Activations::kBf16] = t;
+        report.Add({absl::StrCat("matmul_gflops_m", m), 2.0 * m * w->rows * w->cols / t / 1e9,
+                    "GFLOP/s",
+                    with({{"m", m},
+                          {"k", w->cols},
+                          {"n", w->rows},
+                          {"activations", kernels::ActivationsName(act)}}),
+                    std::nullopt});
+      }
+      report.Add({absl::StrCat("matmul_bf16_act_speedup_m", m), secs[0] / secs[1], "ratio",
+                  with({{"m", m}, {"k", w->cols}, {"n", w->rows}}), std::nullopt});
+    }
+  }
 
   const int64_t dense_bytes = DenseBytesPerToken(ckpt->weights(), c);
   double b1_bytes_per_s = 0;

@@ -64,6 +64,8 @@ struct IsaKernels {
   void (*convert)(const void* src, int dtype, int64_t n, float* dst);
   // The kBf16-mode matmul (kernels.h BF16-ACTIVATION MODE): a.xb set, a.w bf16.
   void (*matmul_bf16)(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+  // RoundToBf16 (integer operations only: every path gives the same bits).
+  void (*round_bf16)(const float* src, int64_t n, uint16_t* dst);
 };
 
 extern const IsaKernels kPortableKernels;

@@ -233,6 +233,26 @@ void TileBf16(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
   }
 }
 
+void RoundBf16Impl(const float* src, int64_t n, uint16_t* dst) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i abs = _mm256_and_si256(b, abs_mask);  // < 2^31: signed compares are exact
+    const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+    const __m256i den = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), abs);
+    const __m256i f = _mm256_andnot_si256(_mm256_and_si256(den, abs_mask), b);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(f, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(f, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
+    const __m256i v = _mm256_blendv_epi8(r, q, nan);  // 0..0xffff per dword
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) dst[i] = RoundBf16Scalar(src[i]);
+}
+
 void MatMulBf16Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   for (int64_t j = n_begin; j < n_end; j += 2) {
     const bool two_cols = j + 2 <= n_end;
@@ -275,5 +295,6 @@ const IsaKernels kAvx2Kernels = {
     &avx2::ExpArray,
     &avx2::ConvertImpl,
     &avx2::MatMulBf16Impl,
+    &avx2::RoundBf16Impl,
 };
 }  // namespace moe::kernels::internal

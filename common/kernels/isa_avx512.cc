@@ -271,6 +271,32 @@ TileFn PickBf16Tile(int64_t mr, int64_t nr) {
   }
 }
 
+inline __m512i RoundBf16x16(__m512i b) {
+  const __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+  const __mmask16 den = _mm512_cmplt_epu32_mask(abs, _mm512_set1_epi32(0x00800000));
+  const __m512i f =
+      _mm512_mask_and_epi32(b, den, b, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(f, 16), _mm512_set1_epi32(1));
+  const __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(f, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i q = _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40));
+  return _mm512_mask_mov_epi32(r, nan, q);
+}
+
+void RoundBf16Impl(const float* src, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtepi32_epi16(RoundBf16x16(_mm512_loadu_si512(src + i))));
+  }
+  if (i < n) {
+    const __mmask16 mask = TailMask(n - i);
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, mask,
+                                      RoundBf16x16(_mm512_maskz_loadu_epi32(mask, src + i)));
+  }
+}
+
 void MatMulBf16Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   int64_t mc = (256 * 1024) / (a.k * 2);
   mc = mc < kMR ? kMR : mc / kMR * kMR;
@@ -310,5 +336,6 @@ const IsaKernels kAvx512Kernels = {
     &avx512::ExpArray,
     &avx512::ConvertImpl,
     &avx512::MatMulBf16Impl,
+    &avx512::RoundBf16Impl,
 };
 }  // namespace moe::kernels::internal

@@ -40,6 +40,10 @@ void MatMulImpl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
 
 // The kBf16 contract in plain scalar code: 16 lanes, 32-element chunks (zero padded), per lane
 // the odd element's fma then the even one's, each flushed; then the tree.
+void RoundBf16Impl(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = RoundBf16Scalar(src[i]);
+}
+
 void MatMulBf16Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t k = a.k;
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
@@ -81,5 +85,6 @@ const IsaKernels kPortableKernels = {
     &portable::ExpArray,
     &portable::ConvertImpl,
     &portable::MatMulBf16Impl,
+    &portable::RoundBf16Impl,
 };
 }  // namespace moe::kernels::internal

@@ -458,17 +458,7 @@ const char* ActiveIsa() { return Active().name; }
 const char* ActivationsName(Activations a) { return a == Activations::kBf16 ? "bf16" : "f32"; }
 
 void RoundToBf16(const float* src, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &src[i], sizeof(bits));
-    if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload, set quiet bit
-      dst[i] = static_cast<uint16_t>((bits >> 16) | 0x0040u);
-      continue;
-    }
-    if ((bits & 0x7f800000u) == 0) bits &= 0x80000000u;  // denormal -> signed zero
-    bits += 0x7fffu + ((bits >> 16) & 1u);               // round to nearest, ties to even
-    dst[i] = static_cast<uint16_t>(bits >> 16);
-  }
+  if (n > 0) Active().round_bf16(src, n, dst);
 }
 
 }  // namespace moe::kernels

@@ -2,6 +2,7 @@
 // written out plainly, bitwise identity across ISA paths (native VDPBF16PS and the emulations),
 // thread counts, m and row position, and the error bound against a double-precision reference of
 // the bf16-rounded inputs.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -90,11 +91,41 @@ TEST(RoundToBf16Test, RoundsToNearestEvenFlushesDenormalsQuietsNans) {
       {0x7f800001u, 0x7fc0},  // signalling NaN -> quiet
       {0xffc12345u, 0xffc1},  // quiet NaN keeps sign and top payload
   };
-  for (const auto& c : cases) {
-    const float f = FromBits(c.in);
-    uint16_t out = 0;
-    RoundToBf16(&f, 1, &out);
-    EXPECT_EQ(out, c.out) << std::hex << c.in;
+  for (const char* isa : SupportedIsas()) {
+    ScopedIsa force(isa);
+    for (const auto& c : cases) {
+      const float f = FromBits(c.in);
+      uint16_t out = 0;
+      RoundToBf16(&f, 1, &out);
+      EXPECT_EQ(out, c.out) << isa << " " << std::hex << c.in;
+    }
+  }
+}
+
+// The vector paths give the scalar path's bits on random bit patterns (NaNs, denormals, ties
+// included) and on lengths that leave a tail.
+TEST(RoundToBf16Test, EveryPathGivesTheSameBits) {
+  std::mt19937 rng(10);
+  std::vector<float> x(4099);
+  for (float& f : x) {
+    uint32_t b = static_cast<uint32_t>(rng());
+    if (rng() % 4 == 0) b = (b & 0xffff0000u) | 0x8000u;  // a tie
+    if (rng() % 8 == 0) b &= 0x807fffffu;                 // a denormal
+    f = FromBits(b);
+  }
+  std::vector<uint16_t> want(x.size());
+  {
+    ScopedIsa force("portable");
+    RoundToBf16(x.data(), static_cast<int64_t>(x.size()), want.data());
+  }
+  for (const char* isa : SupportedIsas()) {
+    ScopedIsa force(isa);
+    for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{4099}}) {
+      std::vector<uint16_t> got(n + 1, 0xabcd);
+      RoundToBf16(x.data(), n, got.data());
+      EXPECT_TRUE(std::equal(got.begin(), got.begin() + n, want.begin())) << isa << " n=" << n;
+      EXPECT_EQ(got[n], 0xabcd) << isa << " wrote past n=" << n;
+    }
   }
 }
 
