@@ -4,7 +4,10 @@
 //                [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
 //                [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
 //                [--stop-token-ids 1,2] [--ignore-eos] [--threads N] [--block-size B]
-//                [--json [--logits last|all] [--logits-out FILE]]
+//                [--activations f32|bf16] [--json [--logits last|all] [--logits-out FILE]]
+//
+// --activations bf16: the opt-in bf16-activation numerics (EngineOptions::activations; bf16
+// weights only, fastest on AVX-512 BF16 CPUs). Default f32.
 //
 // Without --json the generated text streams to stdout as tokens arrive. With --json one line:
 //   {"prompt_ids":[...],"output_ids":[...],"text":"...","finish_reason":"stop|length"}
@@ -88,6 +91,7 @@ struct Flags {
   std::string logits_out;
   int64_t threads = 0;
   int64_t block_size = 16;
+  kernels::Activations activations = kernels::Activations::kF32;
   engine::SamplingParams sampling;
 };
 
@@ -110,6 +114,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& argv) {
                                    "ignore-eos",
                                    "threads",
                                    "block-size",
+                                   "activations",
                                    "json",
                                    "logits",
                                    "logits-out"}));
@@ -128,6 +133,14 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& argv) {
   f.chat = args.Has("chat");
   if (f.chat && !f.prompt) return absl::InvalidArgumentError("--chat needs --prompt");
   f.json = args.Has("json");
+  if (const auto act = args.Get("activations"); act.has_value()) {
+    if (*act == "bf16") {
+      f.activations = kernels::Activations::kBf16;
+    } else if (*act != "f32") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--activations: '", *act, "' is not f32 or bf16"));
+    }
+  }
   f.logits = args.GetOr("logits", "");
   f.logits_out = args.GetOr("logits-out", "");
   if (!f.logits.empty() && f.logits != "last" && f.logits != "all") {
@@ -251,6 +264,7 @@ int RunGenerate(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   eopts.num_threads = f.threads > 0 ? static_cast<int>(f.threads)
                                     : std::max(1u, std::thread::hardware_concurrency());
   eopts.block_size = f.block_size;
+  eopts.activations = f.activations;
   int64_t total = static_cast<int64_t>(prompt_ids.size()) + f.sampling.max_tokens;
   if (config.max_position_embeddings > 0) {
     total = std::min<int64_t>(total, config.max_position_embeddings);

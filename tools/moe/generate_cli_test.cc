@@ -134,6 +134,18 @@ TEST_F(GenerateCliTest, UsageErrorsExitWithTwo) {
   EXPECT_EQ(rc, 2);
   Shell(Moe() + " generate --model /nonexistent --prompt-ids 1 2>/dev/null", &rc);
   EXPECT_EQ(rc, 1);
+  Shell(Moe() + " generate --model " + *dir_ + " --prompt-ids 1 --activations f16 2>/dev/null",
+        &rc);
+  EXPECT_EQ(rc, 2);
+}
+
+TEST_F(GenerateCliTest, AcceptsBf16Activations) {
+  int rc = 0;
+  const std::string out = Shell(Moe() + " generate --model " + *dir_ +
+                                    " --prompt-ids 1,2,3 --max-tokens 2 --json --activations bf16",
+                                &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"output_ids\""), std::string::npos) << out;
 }
 
 }  // namespace

@@ -56,8 +56,8 @@ absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> ExpertWorkerCore::Create(
   for (int i = 0; i < options.max_concurrent_calls; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->pool = std::make_unique<kernels::ThreadPool>(options.threads_per_call);
-    slot->executor =
-        std::make_unique<engine::LocalExpertExecutor>(&core->weights_, slot->pool.get());
+    slot->executor = std::make_unique<engine::LocalExpertExecutor>(
+        &core->weights_, slot->pool.get(), options.activations);
     core->free_slots_.push_back(slot.get());
     core->all_slots_.push_back(std::move(slot));
   }

@@ -63,6 +63,9 @@ struct ExpertWorkerCoreOptions {
   int max_inline_calls = 1;
   // Tokens per expert in the warm-up batch (0 = no warm-up).
   int warmup_tokens = 8;
+  // Activation numerics of the expert FFNs (kernels.h): cluster-wide, must match the routers'
+  // core.activations.
+  kernels::Activations activations = kernels::Activations::kF32;
 
   static void Describe(common::config::Schema<ExpertWorkerCoreOptions>& s) {
     s.Add("model_dir", &ExpertWorkerCoreOptions::model_dir, "HF checkpoint directory").NonEmpty();
@@ -80,6 +83,9 @@ struct ExpertWorkerCoreOptions {
         .Range(0, 256);
     s.Add("warmup_tokens", &ExpertWorkerCoreOptions::warmup_tokens, "tokens per warm-up batch")
         .Range(0, 4096);
+    s.AddEnum("activations", &ExpertWorkerCoreOptions::activations,
+              {{"f32", kernels::Activations::kF32}, {"bf16", kernels::Activations::kBf16}},
+              "activation numerics, cluster-wide (must match the routers')");
   }
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -114,6 +116,41 @@ TEST_F(ExpertWorkerCoreTest, OutputsAreBitwiseTheInProcessExecutors) {
   }
   EXPECT_EQ(registry_.Value("moe_expert_worker_tokens_total").value(), 12);
   EXPECT_EQ(registry_.Value("moe_expert_worker_calls_total").value(), 2);
+}
+
+// activations: bf16 (a bf16 checkpoint) computes as the in-process executor in that mode, which
+// differs from f32 (the option reaches the kernels).
+TEST_F(ExpertWorkerCoreTest, Bf16ActivationsAreTheInProcessExecutorsInThatMode) {
+  const std::string dir = common::testing::MakeTempDir("expert_worker_core_bf16");
+  model::MakeModelOptions make;
+  make.preset = model::Preset::kTiny;
+  make.dtype = common::DType::kBF16;
+  ASSERT_OK(model::MakeModel(make, dir));
+  ExpertWorkerCoreOptions o;
+  o.model_dir = dir;
+  o.experts = {"*:0-1"};
+  o.activations = kernels::Activations::kBf16;
+  auto core = ExpertWorkerCore::Create(o, &registry_, &common::SystemClock::Get());
+  ASSERT_OK(core.status());
+  ASSERT_OK((*core)->WarmUp());
+  auto full = model::Checkpoint::Open(dir);
+  ASSERT_OK(full.status());
+  kernels::ThreadPool pool(1);
+  engine::LocalExpertExecutor bf16(&(*full)->weights(), &pool, kernels::Activations::kBf16);
+  engine::LocalExpertExecutor f32(&(*full)->weights(), &pool, kernels::Activations::kF32);
+  const int64_t hidden = (*core)->config().hidden_size;
+  std::vector<float> in = Inputs(4, hidden, 0.5f), out(in.size()), want(in.size()),
+                     other(in.size());
+  ASSERT_OK((*core)->Run({0, hidden, {{1, 4, in.data(), out.data()}}}));
+  for (auto [exec, dst] : {std::pair{&bf16, &want}, std::pair{&f32, &other}}) {
+    auto h = exec->Submit({0, hidden, {{1, 4, in.data(), dst->data()}}});
+    ASSERT_OK(h.status());
+    ASSERT_OK(exec->Await(*h));
+  }
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * 4), 0);
+  EXPECT_NE(std::memcmp(out.data(), other.data(), out.size() * 4), 0);
+  core->reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ExpertWorkerCoreTest, RejectsBadCalls) {

@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
   engine_options.max_batch_tokens = options.scheduler.max_batch_tokens;
   engine_options.micro_batches = options.micro_batches;
   engine_options.micro_batch_min_tokens = options.micro_batch_min_tokens;
+  engine_options.activations = options.activations;
   ASSIGN_OR_RETURN(core->engine_, engine::Engine::Create(config, core->checkpoint_->weights(),
                                                          engine_options, experts));
   core->runner_ = std::make_unique<EngineModelRunner>(core->engine_.get());

@@ -43,6 +43,10 @@ struct RouterCoreOptions {
   // micro_batch_min_tokens tokens (EngineOptions).
   int micro_batches = 2;
   int micro_batch_min_tokens = 8;
+  // Activation numerics of the projections and FFNs (EngineOptions::activations): a cluster-wide
+  // setting; bf16 (opt-in, bf16 weights, fastest on AVX-512 BF16) needs the same value on every
+  // router and expert worker.
+  kernels::Activations activations = kernels::Activations::kF32;
   SchedulerOptions scheduler;
 
   static void Describe(common::config::Schema<RouterCoreOptions>& s) {
@@ -60,6 +64,9 @@ struct RouterCoreOptions {
     s.Add("micro_batch_min_tokens", &RouterCoreOptions::micro_batch_min_tokens,
           "smallest step that is split")
         .Range(2, 1 << 20);
+    s.AddEnum("activations", &RouterCoreOptions::activations,
+              {{"f32", kernels::Activations::kF32}, {"bf16", kernels::Activations::kBf16}},
+              "activation numerics, cluster-wide (bf16: opt-in, bf16 weights)");
     s.Section("scheduler", &RouterCoreOptions::scheduler);
   }
   absl::Status Validate() const;
