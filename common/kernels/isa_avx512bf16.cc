@@ -21,6 +21,23 @@ inline float Reduce16(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+// Reduce16 of four vectors at once, the same additions per output (only regrouped across
+// registers): out[0..3] = Reduce16(a), Reduce16(b), Reduce16(c), Reduce16(d).
+inline void Reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
+  // (l, l+8): [a lo8 + a hi8 | b lo8 + b hi8], likewise c, d.
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // (l, l+4): one 128-bit block per vector, in the order a, b, c, d.
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  // (0, 2), (1, 3), then (0, 1) inside each block.
+  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 1, 1, 1)));
+  _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, v)));
+}
+
 inline float Bf16Bits(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
@@ -81,11 +98,20 @@ void Tile(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     float* y = a.y + (i0 + i) * a.n + j0;
+    float v[NR];
+    if constexpr (NR % 4 == 0) {
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; r += 4) {
+        Reduce16x4(acc[i][r], acc[i][r + 1], acc[i][r + 2], acc[i][r + 3], v + r);
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) v[r] = Reduce16(acc[i][r]);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
-      float v = Reduce16(acc[i][r]);
-      if (a.bias != nullptr) v = v + BiasAt(a, j0 + r);
-      y[r] = v;
+      if (a.bias != nullptr) v[r] = v[r] + BiasAt(a, j0 + r);
+      y[r] = v[r];
     }
   }
 }
