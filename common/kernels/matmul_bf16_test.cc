@@ -171,6 +171,28 @@ TEST(MatMulBf16Test, BitwiseAcrossIsaThreadsBatchAndPosition) {
   }
 }
 
+// A router-gate shape (few outputs, many rows): the pool splits rows; the bits stay the same.
+TEST(MatMulBf16Test, FewOutputsManyRowsSplitsRowsWithoutChangingResults) {
+  std::mt19937 rng(17);
+  const int64_t m = 40, k = 1001, n = 8;
+  const auto w = MakeWeights(rng, DType::kBF16, n, k);
+  const auto x = RandomFloats(rng, m * k);
+  std::vector<float> base(m * n);
+  {
+    ScopedIsa force("portable");
+    MatMul(x.data(), m, w.view(), base.data(), nullptr, nullptr, kBf16);
+  }
+  ThreadPool pool2(2), pool3(3);
+  for (const char* isa : SupportedIsas()) {
+    ScopedIsa force(isa);
+    for (ThreadPool* pool : {&pool2, &pool3}) {
+      std::vector<float> y(m * n);
+      MatMul(x.data(), m, w.view(), y.data(), pool, nullptr, kBf16);
+      EXPECT_TRUE(BitwiseEqual(y, base)) << isa << " threads=" << pool->num_threads();
+    }
+  }
+}
+
 // A row's result is the same bits whatever other rows share its batch and wherever it sits.
 TEST(MatMulBf16Test, RowResultDoesNotDependOnOtherRows) {
   std::mt19937 rng(12);
