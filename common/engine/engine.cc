@@ -447,6 +447,7 @@ absl::Status Engine::SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput
   int64_t offset = 0;
   mb.call.layer_idx = static_cast<int32_t>(layer_idx);
   mb.call.hidden = hidden;
+  mb.call.activations = options_.activations;
   mb.call.batches.clear();
   for (int64_t e = 0; e < ne; ++e) {
     layer_counts[e] += mb.counts[e];

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/kernels/kernels.h"
 
 namespace moe::engine {
 
@@ -31,6 +32,9 @@ struct ExpertCall {
   int32_t layer_idx = 0;
   int64_t hidden = 0;
   std::vector<ExpertBatch> batches;  // distinct expert ids, any order
+  // The caller's numerics mode (cluster-wide, EngineOptions::activations). Remote executors send
+  // it so that a worker configured otherwise refuses the call rather than computing other bits.
+  kernels::Activations activations = kernels::Activations::kF32;
 };
 
 using ExpertCallHandle = uint64_t;

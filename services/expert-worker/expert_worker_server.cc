@@ -32,6 +32,23 @@ std::vector<ExpertKey> KeysFromProto(
 ::grpc::Status BuildCall(const ExpertWorkerCore& core, const pb::RunExpertsRequest& request,
                          pb::RunExpertsResponse* response, engine::ExpertCall* call) {
   const int64_t hidden = core.config().hidden_size;
+  const kernels::Activations mode = request.activations() == pb::ACTIVATIONS_BF16
+                                        ? kernels::Activations::kBf16
+                                        : kernels::Activations::kF32;
+  if (request.activations() != pb::ACTIVATIONS_F32 &&
+      request.activations() != pb::ACTIVATIONS_BF16) {
+    return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("unknown activations mode ", request.activations()));
+  }
+  if (mode != core.activations()) {
+    return ::grpc::Status(
+        ::grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("the caller computes with ", kernels::ActivationsName(mode),
+                     " activations and this worker with ",
+                     kernels::ActivationsName(core.activations()),
+                     ": core.activations must be the same on every process of the cluster"));
+  }
+  call->activations = mode;
   call->layer_idx = request.layer_idx();
   call->hidden = hidden;
   call->batches.reserve(static_cast<size_t>(request.batches_size()));

@@ -11,6 +11,7 @@
 #include "common/model/make_model.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 
@@ -107,6 +108,15 @@ TEST_F(ExpertWorkerServerTest, MapsErrorsToGrpcCodes) {
     bad.mutable_batches(0)->mutable_activations()->mutable_data()->resize(7);
     grpc::ClientContext ctx;
     EXPECT_EQ(stub_->RunExperts(&ctx, bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    // A caller in another numerics mode is refused, naming the setting to align.
+    pb::RunExpertsRequest other = Request(0, {0}, 2);
+    other.set_activations(pb::ACTIVATIONS_BF16);
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub_->RunExperts(&ctx, other, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), ::testing::HasSubstr("core.activations"));
   }
 }
 

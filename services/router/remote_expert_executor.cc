@@ -223,6 +223,9 @@ void RemoteExpertExecutor::Dispatch(Pending* p, const std::vector<size_t>& batch
     rpc->worker = targets[t++];
     rpc->request.set_layer_idx(p->call.layer_idx);
     rpc->request.set_placement_version(p->table->version);
+    rpc->request.set_activations(p->call.activations == kernels::Activations::kBf16
+                                     ? pb::ACTIVATIONS_BF16
+                                     : pb::ACTIVATIONS_F32);
     for (size_t j : idx) {
       const size_t i = batch_idx[j];
       const engine::ExpertBatch& b = p->call.batches[i];

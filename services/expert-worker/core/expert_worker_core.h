@@ -143,6 +143,8 @@ class ExpertWorkerCore {
   ResidentSet resident() const;
 
   const model::ModelConfig& config() const { return checkpoint_->config(); }
+  // The numerics mode every call must come with (options.activations).
+  kernels::Activations activations() const { return options_.activations; }
 
  private:
   struct Slot {
