@@ -9,6 +9,7 @@
 
 #include "common/engine/engine.h"
 #include "common/engine/testing/random_model.h"
+#include "common/engine/testing/test_seq.h"
 #include "common/model/checkpoint.h"
 #include "common/model/make_model.h"
 #include "common/testing/free_port.h"
@@ -18,6 +19,8 @@
 
 namespace moe::engine {
 namespace {
+
+using testing::SpanItem;
 
 using model::Arch;
 using model::Preset;
@@ -37,11 +40,7 @@ EngineOptions Options(kernels::Activations act) {
   return o;
 }
 
-// A sequence with its own blocks; steps built from spans of it.
-struct Seq {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> blocks;
-};
+using Seq = testing::TestSeq;
 
 class Runner {
  public:
@@ -51,21 +50,13 @@ class Runner {
     for (int b = 0; b < 8; ++b) s.blocks.push_back(next_block_++);  // 128 positions
     return s;
   }
-  static StepItem Item(const Seq& s, int64_t begin, int64_t end, LogitsMode mode) {
-    StepItem it;
-    it.token_ids = absl::MakeConstSpan(s.tokens).subspan(begin, end - begin);
-    it.start_pos = static_cast<int32_t>(begin);
-    it.block_table = s.blocks;
-    it.logits = mode;
-    return it;
-  }
   // All of `s` alone in chunks of `chunk`: the logits after every position.
   std::vector<float> RunChunked(const Seq& s, int64_t chunk) {
     std::vector<float> all;
     const int64_t vocab = engine_->vocab_size();
     for (int64_t b = 0; b < static_cast<int64_t>(s.tokens.size()); b += chunk) {
       const int64_t e = std::min<int64_t>(b + chunk, s.tokens.size());
-      StepItem it = Item(s, b, e, LogitsMode::kAll);
+      StepItem it = SpanItem(s, b, e, LogitsMode::kAll);
       EXPECT_THAT(engine_->Step({&it, 1}, &out_), IsOk());
       all.insert(all.end(), out_.logits.begin(), out_.logits.begin() + (e - b) * vocab);
     }
@@ -110,10 +101,9 @@ TEST_P(EngineBf16InvarianceTest, BitwiseAcrossChunkingAndBatchNeighbours) {
     const size_t at = rng() % (others + 1);
     std::vector<StepItem> items;
     for (int i = 0; i <= others; ++i) {
-      if (static_cast<size_t>(i) == at)
-        items.push_back(Runner::Item(target, 0, 37, LogitsMode::kAll));
+      if (static_cast<size_t>(i) == at) items.push_back(SpanItem(target, 0, 37, LogitsMode::kAll));
       if (i < others) {
-        items.push_back(Runner::Item(seqs[i], 0, seqs[i].tokens.size(), LogitsMode::kLast));
+        items.push_back(SpanItem(seqs[i], 0, seqs[i].tokens.size(), LogitsMode::kLast));
       }
     }
     ASSERT_THAT(engine->Step(items, &run.out()), IsOk());
@@ -181,8 +171,8 @@ TEST_P(EngineBf16PresetTest, LogitsCloseToTheF32EngineWhileRoutingAgrees) {
   double max_diff = 0, max_abs = 0;
   int64_t agreeing = 0;
   for (int64_t p = 0; p < n; ++p) {
-    StepItem ia = Runner::Item(sa, p, p + 1, LogitsMode::kLast);
-    StepItem ib = Runner::Item(sb, p, p + 1, LogitsMode::kLast);
+    StepItem ia = SpanItem(sa, p, p + 1, LogitsMode::kLast);
+    StepItem ib = SpanItem(sb, p, p + 1, LogitsMode::kLast);
     ASSERT_THAT(f32->Step({&ia, 1}, &a.out()), IsOk());
     ASSERT_THAT(bf16->Step({&ib, 1}, &b.out()), IsOk());
     if (a.out().expert_tokens != b.out().expert_tokens) break;  // a routing flip: stop here

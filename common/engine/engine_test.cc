@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/engine/testing/random_model.h"
+#include "common/engine/testing/test_seq.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,17 +14,15 @@
 namespace moe::engine {
 namespace {
 
+using testing::SpanItem;
+
 using ::moe::common::testing::IsOk;
 using ::moe::common::testing::StatusIs;
 using ::testing::HasSubstr;
 using testing::MakeTinyRandomModel;
 using testing::RandomModel;
 
-// A sequence with a private, contiguous range of blocks.
-struct Seq {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> blocks;
-};
+using Seq = testing::TestSeq;
 
 std::vector<int32_t> RandomTokens(std::mt19937& rng, int64_t n, int64_t vocab) {
   std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(vocab - 1));
@@ -52,20 +51,12 @@ class EngineTest : public ::testing::TestWithParam<std::tuple<model::Arch, commo
     for (int64_t b = 0; b < (capacity + 15) / 16; ++b) s.blocks.push_back(next_block_++);
     return s;
   }
-  static StepItem Item(const Seq& s, int64_t begin, int64_t end, LogitsMode mode) {
-    StepItem it;
-    it.token_ids = absl::MakeConstSpan(s.tokens).subspan(begin, end - begin);
-    it.start_pos = static_cast<int32_t>(begin);
-    it.block_table = s.blocks;
-    it.logits = mode;
-    return it;
-  }
   // Runs all of `s` in chunks of `chunk` tokens alone; returns the logits after every position.
   std::vector<float> RunChunked(const Seq& s, int64_t chunk) {
     std::vector<float> all;
     for (int64_t b = 0; b < static_cast<int64_t>(s.tokens.size()); b += chunk) {
       const int64_t e = std::min<int64_t>(b + chunk, s.tokens.size());
-      StepItem it = Item(s, b, e, LogitsMode::kAll);
+      StepItem it = SpanItem(s, b, e, LogitsMode::kAll);
       EXPECT_THAT(engine_->Step({&it, 1}, &out_), IsOk());
       all.insert(all.end(), out_.logits.begin(), out_.logits.begin() + (e - b) * vocab());
     }
@@ -102,7 +93,7 @@ TEST_P(EngineTest, LogitsDoNotDependOnWhatElseIsInTheStep) {
   const std::vector<float> ref = RunChunked(target, 33);
   // Decode reference: one more token alone.
   target.tokens.push_back(5);
-  StepItem dec = Item(target, 33, 34, LogitsMode::kLast);
+  StepItem dec = SpanItem(target, 33, 34, LogitsMode::kLast);
   ASSERT_THAT(engine_->Step({&dec, 1}, &out_), IsOk());
   const std::vector<float> ref_dec(out_.logits.begin(), out_.logits.begin() + vocab());
 
@@ -115,11 +106,11 @@ TEST_P(EngineTest, LogitsDoNotDependOnWhatElseIsInTheStep) {
     const size_t at = rng() % (others + 1);
     std::vector<StepItem> items;
     for (int i = 0; i < others; ++i) {
-      if (static_cast<size_t>(i) == at) items.push_back(Item(t, 0, 33, LogitsMode::kAll));
-      items.push_back(Item(seqs[i], 0, seqs[i].tokens.size(),
-                           i % 3 == 0 ? LogitsMode::kAll : LogitsMode::kLast));
+      if (static_cast<size_t>(i) == at) items.push_back(SpanItem(t, 0, 33, LogitsMode::kAll));
+      items.push_back(SpanItem(seqs[i], 0, seqs[i].tokens.size(),
+                               i % 3 == 0 ? LogitsMode::kAll : LogitsMode::kLast));
     }
-    if (at == static_cast<size_t>(others)) items.push_back(Item(t, 0, 33, LogitsMode::kAll));
+    if (at == static_cast<size_t>(others)) items.push_back(SpanItem(t, 0, 33, LogitsMode::kAll));
     ASSERT_THAT(engine_->Step(items, &out_), IsOk());
     ASSERT_EQ(out_.num_rows(at), 33);
     EXPECT_TRUE(BitwiseEqual(out_.row(at, 0, vocab()), ref.data(), 33 * vocab()))
@@ -129,11 +120,11 @@ TEST_P(EngineTest, LogitsDoNotDependOnWhatElseIsInTheStep) {
     items.clear();
     for (Seq& s : seqs) s.tokens.push_back(static_cast<int32_t>(rng() % vocab()));
     for (int i = 0; i < others; ++i) {
-      if (static_cast<size_t>(i) == at) items.push_back(Item(t, 33, 34, LogitsMode::kLast));
+      if (static_cast<size_t>(i) == at) items.push_back(SpanItem(t, 33, 34, LogitsMode::kLast));
       const int64_t n = seqs[i].tokens.size();
-      items.push_back(Item(seqs[i], n - 1, n, LogitsMode::kLast));
+      items.push_back(SpanItem(seqs[i], n - 1, n, LogitsMode::kLast));
     }
-    if (at == static_cast<size_t>(others)) items.push_back(Item(t, 33, 34, LogitsMode::kLast));
+    if (at == static_cast<size_t>(others)) items.push_back(SpanItem(t, 33, 34, LogitsMode::kLast));
     ASSERT_THAT(engine_->Step(items, &out_), IsOk());
     EXPECT_TRUE(BitwiseEqual(out_.row(at, 0, vocab()), ref_dec.data(), vocab()))
         << others << " others (decode)";
@@ -145,13 +136,13 @@ TEST_P(EngineTest, PerturbingOneCachedBlockChangesLaterLogits) {
   Seq s = NewSeq(rng, 40);
   Seq unused = NewSeq(rng, 0);
   auto run_tail = [&](int32_t perturb_block, bool value) {
-    StepItem head = Item(s, 0, 32, LogitsMode::kNone);
+    StepItem head = SpanItem(s, 0, 32, LogitsMode::kNone);
     EXPECT_THAT(engine_->Step({&head, 1}, &out_), IsOk());
     if (perturb_block >= 0) {
       auto block = engine_->kv_cache().BlockForTesting(0, perturb_block, value);
       for (float& f : block) f += 0.5f;
     }
-    StepItem tail = Item(s, 32, 40, LogitsMode::kAll);
+    StepItem tail = SpanItem(s, 32, 40, LogitsMode::kAll);
     EXPECT_THAT(engine_->Step({&tail, 1}, &out_), IsOk());
     return std::vector<float>(out_.logits.begin(), out_.logits.begin() + 8 * vocab());
   };
@@ -186,7 +177,7 @@ TEST_P(EngineTest, AnEarlyTokenChangesLaterLogitsClearly) {
 TEST_P(EngineTest, CountsTokensPerExpert) {
   std::mt19937 rng(9);
   Seq s = NewSeq(rng, 10);
-  StepItem it = Item(s, 0, 10, LogitsMode::kNone);
+  StepItem it = SpanItem(s, 0, 10, LogitsMode::kNone);
   ASSERT_THAT(engine_->Step({&it, 1}, &out_), IsOk());
   EXPECT_EQ(out_.num_rows(0), 0);
   const auto& c = model_->config;
@@ -201,19 +192,19 @@ TEST_P(EngineTest, CountsTokensPerExpert) {
 TEST_P(EngineTest, RejectsBadItems) {
   std::mt19937 rng(1);
   Seq s = NewSeq(rng, 20, 16);  // one block only
-  StepItem it = Item(s, 0, 20, LogitsMode::kLast);
+  StepItem it = SpanItem(s, 0, 20, LogitsMode::kLast);
   EXPECT_THAT(engine_->Step({&it, 1}, &out_),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("block table")));
   s.blocks.push_back(100000);
-  it = Item(s, 0, 20, LogitsMode::kLast);
+  it = SpanItem(s, 0, 20, LogitsMode::kLast);
   EXPECT_THAT(engine_->Step({&it, 1}, &out_),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("block id")));
   s.blocks.back() = next_block_++;
   s.tokens[3] = static_cast<int32_t>(vocab());
-  it = Item(s, 0, 20, LogitsMode::kLast);
+  it = SpanItem(s, 0, 20, LogitsMode::kLast);
   EXPECT_THAT(engine_->Step({&it, 1}, &out_),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocabulary")));
-  it = Item(s, 0, 0, LogitsMode::kLast);
+  it = SpanItem(s, 0, 0, LogitsMode::kLast);
   EXPECT_THAT(engine_->Step({&it, 1}, &out_), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

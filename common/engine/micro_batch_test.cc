@@ -15,6 +15,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/local_expert_executor.h"
 #include "common/engine/testing/random_model.h"
+#include "common/engine/testing/test_seq.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -143,10 +144,7 @@ class ThreadedExpertExecutor final : public ExpertExecutor {
   std::thread thread_;  // last: starts once the rest is built
 };
 
-struct Seq {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> blocks;
-};
+using Seq = testing::TestSeq;
 
 class MicroBatchTest : public ::testing::TestWithParam<model::Arch> {
  protected:
