@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/base/check.h"
+#include "common/base/log.h"
 
 namespace moe::common::rpc {
 namespace {
@@ -19,6 +20,14 @@ sigset_t TerminationSet() {
 }
 
 }  // namespace
+
+int ServiceMain(const char* name, int argc, char** argv, absl::Status (*run)(int, char**)) {
+  BlockTerminationSignals();
+  const absl::Status status = run(argc, argv);
+  if (status.ok()) return 0;
+  MOE_LOG_ERROR("{}: {}", name, status.ToString());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
 
 void BlockTerminationSignals() {
   const sigset_t set = TerminationSet();

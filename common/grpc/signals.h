@@ -17,12 +17,20 @@
 #include <functional>
 #include <thread>
 
+#include "absl/status/status.h"
+
 namespace moe::common::rpc {
 
 // Blocks SIGTERM and SIGINT in the calling thread, and so in every thread it starts afterwards.
 // REQUIRES: called before any other thread is started (else one of those could take the signal
 // and die by its default action).
 void BlockTerminationSignals();
+
+// The whole `main` of a service: blocks the termination signals (before any thread exists),
+// runs `run`, and turns its status into the exit code every service uses: 0 on OK, 2 for
+// INVALID_ARGUMENT (bad flags or config; the message names the key), 1 otherwise, with the
+// error logged as "<name>: <status>".
+int ServiceMain(const char* name, int argc, char** argv, absl::Status (*run)(int, char**));
 
 // Blocks until SIGTERM or SIGINT is delivered to the process; returns its number.
 // REQUIRES: BlockTerminationSignals() earlier.

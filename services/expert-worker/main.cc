@@ -63,11 +63,5 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  moe::common::rpc::BlockTerminationSignals();
-  const absl::Status status = Run(argc, argv);
-  if (!status.ok()) {
-    MOE_LOG_ERROR("expert-worker: {}", status.ToString());
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  return 0;
+  return moe::common::rpc::ServiceMain("expert-worker", argc, argv, Run);
 }

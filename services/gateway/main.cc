@@ -37,6 +37,12 @@ const common::config::FlagAlias kAliases[] = {
 };
 
 absl::Status Run(int argc, char** argv) {
+  // One descriptor per client connection: lift the soft limit (often 1024) to the hard one.
+  rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   auto loaded = common::config::LoadServiceOptions<gateway::GatewayOptions>(argc, argv, kAliases);
   if (!loaded.ok()) return loaded.status();
   if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered
@@ -99,17 +105,5 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  moe::common::rpc::BlockTerminationSignals();
-  // One descriptor per client connection: lift the soft limit (often 1024) to the hard one.
-  rlimit files;
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
-  absl::Status status = Run(argc, argv);
-  if (!status.ok()) {
-    std::fprintf(stderr, "gateway: %s\n", std::string(status.message()).c_str());
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  return 0;
+  return moe::common::rpc::ServiceMain("gateway", argc, argv, Run);
 }

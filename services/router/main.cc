@@ -96,12 +96,4 @@ absl::Status Run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  moe::common::rpc::BlockTerminationSignals();
-  const absl::Status status = Run(argc, argv);
-  if (!status.ok()) {
-    MOE_LOG_ERROR("router: {}", status.ToString());
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return moe::common::rpc::ServiceMain("router", argc, argv, Run); }
