@@ -247,76 +247,84 @@ void PrepareBf16(std::vector<internal::MatMulArgs>& args, const std::vector<uint
   }
 }
 
+// The per-thread scratch of MatMulMany / SwiGluMany (they never nest on one thread). The
+// parallel lambdas read it through plain pointers: a thread_local named inside them would be the
+// worker thread's own, empty, copy.
+struct ManyScratch {
+  std::vector<internal::MatMulArgs> args;
+  std::vector<uint8_t> use_bf16;  // per args entry
+  std::vector<uint16_t> xb;       // bf16-rounded inputs
+  std::vector<WorkItem> items;
+
+  void Add(const internal::MatMulArgs& a, Activations act, const WeightView& w) {
+    args.push_back(a);
+    use_bf16.push_back(UsesBf16(act, w) ? 1 : 0);
+  }
+  // Rounds the bf16-mode inputs, then cuts each task's `rows_of(t)` output rows (tasks with m > 0
+  // only) into chunks for the pool's threads.
+  template <typename RowsOf>
+  void Plan(int64_t num_tasks, int64_t total_rows, const RowsOf& rows_of, ThreadPool* pool) {
+    PrepareBf16(args, use_bf16, xb);
+    const int threads = pool == nullptr ? 1 : pool->num_threads();
+    const int64_t chunk = ChunkRows(total_rows, threads);
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      const int64_t rows = rows_of(t);
+      if (rows >= 0) AppendItems(t, rows, chunk, &items);
+    }
+  }
+};
+
+ManyScratch& ClearedScratch() {
+  thread_local ManyScratch scratch;
+  scratch.args.clear();
+  scratch.use_bf16.clear();
+  scratch.items.clear();
+  return scratch;
+}
+
 }  // namespace
 
 void MatMulMany(const MatMulTask* tasks, int64_t num_tasks, ThreadPool* pool) {
-  // Per-thread buffers; the lambda below reads them through plain pointers (a thread_local named
-  // inside it would be the worker thread's own, empty, copy).
-  thread_local std::vector<internal::MatMulArgs> args_buf;
-  thread_local std::vector<WorkItem> items_buf;
-  thread_local std::vector<uint8_t> use_buf;
-  thread_local std::vector<uint16_t> xb_buf;
-  std::vector<internal::MatMulArgs>& args = args_buf;
-  std::vector<WorkItem>& items = items_buf;
-  args.clear();
-  items.clear();
-  use_buf.clear();
+  ManyScratch& s = ClearedScratch();
   int64_t total_rows = 0, macs = 0;
   for (int64_t t = 0; t < num_tasks; ++t) {
     const MatMulTask& task = tasks[t];
     MOE_CHECK(task.m >= 0 && task.w.rows >= 0 && task.w.cols >= 1);
-    args.push_back(ArgsOf(task.x, task.m, task.w, task.y, task.bias));
-    use_buf.push_back(UsesBf16(task.activations, task.w) ? 1 : 0);
+    s.Add(ArgsOf(task.x, task.m, task.w, task.y, task.bias), task.activations, task.w);
     if (task.m > 0) total_rows += task.w.rows;
     macs += task.m * task.w.rows * task.w.cols;
   }
-  PrepareBf16(args, use_buf, xb_buf);
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
-  const int64_t chunk = ChunkRows(total_rows, threads);
-  for (int64_t t = 0; t < num_tasks; ++t) {
-    if (tasks[t].m > 0) AppendItems(t, tasks[t].w.rows, chunk, &items);
-  }
+  s.Plan(
+      num_tasks, total_rows,
+      [&](int64_t t) { return tasks[t].m > 0 ? tasks[t].w.rows : int64_t{-1}; }, pool);
   const auto& isa = Active();
-  const WorkItem* item_at = items.data();
-  const internal::MatMulArgs* args_at = args.data();
-  RunItems(pool, static_cast<int64_t>(items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
+  const WorkItem* item_at = s.items.data();
+  const internal::MatMulArgs* args_at = s.args.data();
+  RunItems(pool, static_cast<int64_t>(s.items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
     const WorkItem& it = item_at[i];
     KernelOf(isa, args_at[it.task])(args_at[it.task], it.j0, it.j1);
   });
 }
 
 void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool) {
-  thread_local std::vector<internal::MatMulArgs> args_buf;  // gate, up of each task
-  thread_local std::vector<WorkItem> items_buf;
-  thread_local std::vector<uint8_t> use_buf;
-  thread_local std::vector<uint16_t> xb_buf;
-  std::vector<internal::MatMulArgs>& args = args_buf;
-  std::vector<WorkItem>& items = items_buf;
-  args.clear();
-  items.clear();
-  use_buf.clear();
+  ManyScratch& s = ClearedScratch();  // args: gate, up of each task
   int64_t total_rows = 0, macs = 0;
   for (int64_t t = 0; t < num_tasks; ++t) {
     const SwiGluTask& task = tasks[t];
     MOE_CHECK(task.m >= 0 && task.gate.cols >= 1 && task.gate.rows == task.up.rows &&
               task.gate.cols == task.up.cols);
-    args.push_back(ArgsOf(task.x, task.m, task.gate, task.act, nullptr));
-    args.push_back(ArgsOf(task.x, task.m, task.up, task.up_scratch, nullptr));
-    use_buf.push_back(UsesBf16(task.activations, task.gate) ? 1 : 0);
-    use_buf.push_back(UsesBf16(task.activations, task.up) ? 1 : 0);
+    s.Add(ArgsOf(task.x, task.m, task.gate, task.act, nullptr), task.activations, task.gate);
+    s.Add(ArgsOf(task.x, task.m, task.up, task.up_scratch, nullptr), task.activations, task.up);
     if (task.m > 0) total_rows += task.gate.rows;
     macs += 2 * task.m * task.gate.rows * task.gate.cols;
   }
-  PrepareBf16(args, use_buf, xb_buf);
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
-  const int64_t chunk = ChunkRows(total_rows, threads);
-  for (int64_t t = 0; t < num_tasks; ++t) {
-    if (tasks[t].m > 0) AppendItems(t, tasks[t].gate.rows, chunk, &items);
-  }
+  s.Plan(
+      num_tasks, total_rows,
+      [&](int64_t t) { return tasks[t].m > 0 ? tasks[t].gate.rows : int64_t{-1}; }, pool);
   const auto& isa = Active();
-  const WorkItem* item_at = items.data();
-  const internal::MatMulArgs* args_at = args.data();
-  RunItems(pool, static_cast<int64_t>(items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
+  const WorkItem* item_at = s.items.data();
+  const internal::MatMulArgs* args_at = s.args.data();
+  RunItems(pool, static_cast<int64_t>(s.items.size()), macs >= kMinParallelMacs, [&](int64_t i) {
     const WorkItem& it = item_at[i];
     const SwiGluTask& task = tasks[it.task];
     const internal::MatMulArgs& gate = args_at[2 * it.task];
