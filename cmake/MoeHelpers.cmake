@@ -56,7 +56,7 @@ function(moe_add_test name)
   add_executable(${name} ${ARG_SRCS})
   moe_target_defaults(${name})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock moe_test_main)
   add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "MOE_BUILD_DIR=${CMAKE_BINARY_DIR};MOE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")

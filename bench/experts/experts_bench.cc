@@ -1,4 +1,4 @@
-// `moe bench experts` (issue 5): aggregate decode tok/s at 32 streams, disaggregated (this
+// `moe bench experts`: aggregate decode tok/s at 32 streams, disaggregated (this
 // process's engine with a RemoteExpertExecutor + 2 expert workers behind gRPC on loopback) vs
 // embedded (in-process experts); the per-layer expert dispatch latency split into worker compute
 // and RPC overhead; the router's dense part alone; and the balancedness an EPLB recalibration

@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
   int64_t max_m = 512;
   int num_shapes = 4;
   const char* only_dtype = nullptr;
+  const char* isa = std::getenv("MOE_KERNELS_ISA");  // --isa overrides it
+  if (isa == nullptr) isa = "auto";
   std::vector<Activations> acts = {Activations::kF32};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--activations") == 0 && i + 1 < argc) {
@@ -154,12 +156,11 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--max-m") == 0 && i + 1 < argc) max_m = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) num_shapes = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) only_dtype = argv[++i];
-    if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
-      if (!internal::ForceIsaForTesting(argv[++i])) {
-        std::fprintf(stderr, "ISA %s not supported here\n", argv[i]);
-        return 2;
-      }
-    }
+    if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
+  }
+  if (absl::Status s = SelectIsa(isa); !s.ok()) {
+    std::fprintf(stderr, "--isa / MOE_KERNELS_ISA: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   ThreadPool pool(threads);
   const double budget = quick ? 0.15 : 0.5;

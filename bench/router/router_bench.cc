@@ -1,4 +1,4 @@
-// `moe bench router` (issue 4 Must-show, DESIGN.md §6): the router's scheduler + L1 KV cache over
+// `moe bench router` (DESIGN.md §6): the router's scheduler + L1 KV cache over
 // the real engine on the small preset (or --model DIR), driven step by step on this thread:
 //   kv_slot_utilisation              tokens held / (used blocks x block size), shared blocks once,
 //                                    sampled every step while 64 requests run (prompts U[16,2048],

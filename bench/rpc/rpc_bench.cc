@@ -1,5 +1,5 @@
-// `moe bench rpc`: where a RunExperts round trip's time goes (issue 5: disaggregated decode spends
-// about as long per layer waiting on the network path as computing). Two in-process expert
+// `moe bench rpc`: where a RunExperts round trip's time goes (disaggregated decode spends about
+// as long per layer waiting on the network path as computing). Two in-process expert
 // workers on loopback (as `moe bench experts`), each holding half of every layer's experts of the
 // small preset (f32); one "layer" sends one RunExperts to each worker at once and waits for both,
 // as the router's RemoteExpertExecutor does. Reported per variant: p50 / p99 / mean of that layer

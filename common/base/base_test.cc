@@ -1,9 +1,12 @@
+#include <fstream>
 #include <string>
 #include <unordered_set>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/check.h"
+#include "common/base/file.h"
+#include "common/base/hash.h"
 #include "common/base/ids.h"
 #include "common/base/status_macros.h"
 #include "common/testing/fake_clock.h"
@@ -74,6 +77,26 @@ TEST(StrongIdTest, ComparesAndHashesByValue) {
   std::unordered_set<SeqId> set{a, b, c};
   EXPECT_EQ(set.size(), 2u);
   static_assert(!std::is_convertible_v<ExpertId, LayerIdx>);
+}
+
+TEST(HashTest, SplitMix64IsTheReferenceSequence) {
+  // splitmix64 seeded with 0 (Steele, Lea, Flood 2014; Vigna's reference C code): first outputs.
+  EXPECT_EQ(SplitMix64(0), 0xe220a8397b1dcdafull);
+  EXPECT_EQ(SplitMix64(kGoldenGamma), 0x6e789e6aa1b965f4ull);
+  EXPECT_EQ(SplitMix64(2 * kGoldenGamma), 0x06c45d188009454full);
+  EXPECT_EQ(Mix64(0), 0u);  // the finaliser alone fixes zero
+  static_assert(SplitMix64(1) != SplitMix64(2));
+}
+
+TEST(FileTest, ReadFileReturnsTheBytesOrNamesThePath) {
+  const std::string dir = testing::MakeTempDir();
+  const std::string path = dir + "/bytes.bin";
+  const std::string bytes("a\0b\r\nc", 6);
+  std::ofstream(path, std::ios::binary) << bytes;
+  EXPECT_THAT(ReadFile(path), IsOkAndHolds(bytes));
+  EXPECT_THAT(ReadFile(dir + "/missing"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/missing")));
+  EXPECT_THAT(ReadFile(dir), StatusIs(absl::StatusCode::kNotFound, HasSubstr("directory")));
 }
 
 TEST(FreePortTest, ReturnsUsablePortAndTempDir) {

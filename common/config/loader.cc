@@ -1,12 +1,11 @@
 #include "common/config/loader.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/file.h"
 #include "yaml-cpp/yaml.h"
 
 namespace moe::common::config {
@@ -198,11 +197,9 @@ absl::Status ApplyYaml(const SchemaBase& schema, void* obj, absl::string_view ya
 }
 
 absl::Status ApplyYamlFile(const SchemaBase& schema, void* obj, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", Quote(path)));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ApplyYaml(schema, obj, text.str(), path);
+  absl::StatusOr<std::string> text = common::ReadFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("cannot read config file ", Quote(path)));
+  return ApplyYaml(schema, obj, *text, path);
 }
 
 absl::Status ApplyOverride(const SchemaBase& schema, void* obj, absl::string_view assignment) {

@@ -1,4 +1,4 @@
-// The MoE forward pass over a batch of sequence chunks (issue 3, "Engine API").
+// The MoE forward pass over a batch of sequence chunks.
 //
 // One Step() runs any mix of prefill chunks (any length) and decode tokens of many sequences
 // together and returns the logits the caller asked for. The engine owns the K/V tensor storage

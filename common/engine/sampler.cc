@@ -6,17 +6,12 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/hash.h"
 
 namespace moe::engine {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 int32_t ArgMax(const float* l, int64_t n) {
   int64_t best = 0;
@@ -29,7 +24,7 @@ int32_t ArgMax(const float* l, int64_t n) {
 }  // namespace
 
 double CounterUniform(uint64_t seed, uint64_t counter) {
-  const uint64_t r = Mix64(Mix64(seed + 0x9e3779b97f4a7c15ull) ^ (counter * 0xd1b54a32d192ed03ull));
+  const uint64_t r = common::Mix64(common::SplitMix64(seed) ^ (counter * 0xd1b54a32d192ed03ull));
   return static_cast<double>(r >> 11) * 0x1.0p-53;
 }
 

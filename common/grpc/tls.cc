@@ -1,22 +1,19 @@
 #include "common/grpc/tls.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/file.h"
 
 namespace moe::common::rpc {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& key, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(key, ": cannot read \"", path, "\""));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (text.str().find("-----BEGIN ") == std::string::npos) {
+  absl::StatusOr<std::string> text = common::ReadFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat(key, ": cannot read \"", path, "\""));
+  if (text->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(key, ": \"", path, "\" is not a PEM file"));
   }
-  return text.str();
+  return text;
 }
 
 absl::Status CheckKeyPair(const std::string& cert_file, const std::string& key_file) {

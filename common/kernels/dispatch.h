@@ -75,8 +75,8 @@ extern const IsaKernels kAvx512Kernels;
 // with this as matmul_bf16 (built in kernels.cc).
 void Avx512Bf16MatMul(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 
-// The table in use: the best this CPU supports, unless MOE_KERNELS_ISA=avx512_bf16|avx512|avx2|
-// portable was set in the environment at first use, or ForceIsaForTesting overrode it.
+// The table in use: the best this CPU supports, unless SelectIsa (kernels.h) chose another, or
+// ForceIsaForTesting overrode both.
 const IsaKernels& Active();
 
 // Whether this CPU (and OS) can run the named path.

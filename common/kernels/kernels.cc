@@ -5,10 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/check.h"
 #include "common/kernels/dispatch.h"
 #include "common/kernels/exp_impl.h"
@@ -29,20 +30,23 @@ const IsaKernels* Avx512Bf16Table() {
 }
 
 const IsaKernels* AutoChoice() {
-  if (const char* env = std::getenv("MOE_KERNELS_ISA"); env != nullptr && *env != '\0') {
-    if (std::strcmp(env, "avx512_bf16") == 0 && IsaSupported("avx512_bf16")) {
-      return Avx512Bf16Table();
-    }
-    if (std::strcmp(env, "avx512") == 0 && IsaSupported("avx512")) return &kAvx512Kernels;
-    if (std::strcmp(env, "avx2") == 0 && IsaSupported("avx2")) return &kAvx2Kernels;
-    if (std::strcmp(env, "portable") == 0) return &kPortableKernels;
-  }
   if (IsaSupported("avx512_bf16")) return Avx512Bf16Table();
   if (IsaSupported("avx512")) return &kAvx512Kernels;
   if (IsaSupported("avx2")) return &kAvx2Kernels;
   return &kPortableKernels;
 }
 
+// The table of a named path, or null for an unknown name. REQUIRES: IsaSupported(isa) or unknown.
+const IsaKernels* TableOf(const char* isa) {
+  if (std::strcmp(isa, "avx512_bf16") == 0) return Avx512Bf16Table();
+  if (std::strcmp(isa, "avx512") == 0) return &kAvx512Kernels;
+  if (std::strcmp(isa, "avx2") == 0) return &kAvx2Kernels;
+  if (std::strcmp(isa, "portable") == 0) return &kPortableKernels;
+  return nullptr;
+}
+
+// SelectIsa's choice (null: AutoChoice), and ForceIsaForTesting's override of it.
+std::atomic<const IsaKernels*> g_selected{nullptr};
 std::atomic<const IsaKernels*> g_forced{nullptr};
 
 }  // namespace
@@ -67,6 +71,7 @@ bool IsaSupported(const char* isa) {
 
 const IsaKernels& Active() {
   if (const IsaKernels* forced = g_forced.load(std::memory_order_relaxed)) return *forced;
+  if (const IsaKernels* selected = g_selected.load(std::memory_order_relaxed)) return *selected;
   static const IsaKernels* const chosen = AutoChoice();
   return *chosen;
 }
@@ -76,11 +81,8 @@ bool ForceIsaForTesting(const char* isa) {
     g_forced.store(nullptr);
     return true;
   }
-  if (!IsaSupported(isa)) return false;
-  const IsaKernels* table = std::strcmp(isa, "avx512_bf16") == 0 ? Avx512Bf16Table()
-                            : std::strcmp(isa, "avx512") == 0    ? &kAvx512Kernels
-                            : std::strcmp(isa, "avx2") == 0      ? &kAvx2Kernels
-                                                                 : &kPortableKernels;
+  const IsaKernels* table = TableOf(isa);
+  if (table == nullptr || !IsaSupported(isa)) return false;
   g_forced.store(table);
   return true;
 }
@@ -462,6 +464,25 @@ void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst) {
 }
 
 const char* ActiveIsa() { return Active().name; }
+
+absl::Status SelectIsa(std::string_view isa) {
+  if (isa.empty() || isa == "auto") {
+    internal::g_selected.store(nullptr);
+    return absl::OkStatus();
+  }
+  const std::string name(isa);
+  const internal::IsaKernels* table = internal::TableOf(name.c_str());
+  if (table == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown kernel ISA \"", name, "\" (auto, avx512_bf16, avx512, avx2, portable)"));
+  }
+  if (!internal::IsaSupported(name.c_str())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this CPU cannot run the \"", name, "\" kernels"));
+  }
+  internal::g_selected.store(table);
+  return absl::OkStatus();
+}
 
 const char* ActivationsName(Activations a) { return a == Activations::kBf16 ? "bf16" : "f32"; }
 

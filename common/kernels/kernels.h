@@ -40,7 +40,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
+#include "absl/status/status.h"
 #include "common/kernels/thread_pool.h"
 #include "common/tensor/dtype.h"
 
@@ -166,5 +168,13 @@ void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst);
 // VDPBF16PS: the f32 kernels are avx512's, the kBf16 matmul is native), "avx512", "avx2" or
 // "portable".
 const char* ActiveIsa();
+
+// Chooses the SIMD path of every later kernel call: "" or "auto" = the best this CPU supports (the
+// default without a call), else "avx512_bf16", "avx512", "avx2" or "portable" (all bitwise
+// identical; a forced path is for comparing speed and for testing the others). Mains pass the
+// MOE_KERNELS_ISA environment variable here at start-up, before any kernel runs; core code never
+// reads the environment. Errors (the choice is then unchanged): InvalidArgument for an unknown
+// name, FailedPrecondition when this CPU cannot run the named path.
+absl::Status SelectIsa(std::string_view isa);
 
 }  // namespace moe::kernels

@@ -9,6 +9,8 @@
 #include "common/kernels/kernels.h"
 #include "common/kernels/reference/reference.h"
 #include "common/kernels/test_util.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace moe::kernels {
@@ -258,6 +260,23 @@ TEST(MatMulDispatchTest, ActiveIsaIsTheBestSupported) {
   }
   EXPECT_STREQ(ActiveIsa(), isas.front());
   EXPECT_FALSE(internal::ForceIsaForTesting("sse9"));
+}
+
+TEST(MatMulDispatchTest, SelectIsaChoosesAPathOrSaysWhyNot) {
+  if (std::getenv("MOE_KERNELS_ISA") != nullptr) GTEST_SKIP() << "MOE_KERNELS_ISA is set";
+  const auto isas = SupportedIsas();
+  ASSERT_THAT(SelectIsa("portable"), common::testing::IsOk());
+  EXPECT_STREQ(ActiveIsa(), "portable");
+  EXPECT_THAT(SelectIsa("sse9"), common::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                           ::testing::HasSubstr("sse9")));
+  EXPECT_STREQ(ActiveIsa(), "portable");  // unchanged by the failed call
+  for (const char* isa : {"avx512_bf16", "avx512", "avx2"}) {
+    if (!internal::IsaSupported(isa)) {
+      EXPECT_THAT(SelectIsa(isa), common::testing::StatusIs(absl::StatusCode::kFailedPrecondition));
+    }
+  }
+  ASSERT_THAT(SelectIsa("auto"), common::testing::IsOk());
+  EXPECT_STREQ(ActiveIsa(), isas.front());
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/base/hash.h"
 #include "common/kv/block_manager.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -27,13 +28,6 @@ constexpr int32_t kNumBlocks = 512;
 constexpr int kNumOps = 6000;
 constexpr size_t kMaxLiveSeqs = 300;
 
-uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 struct ShadowSeq {
   std::string salt;
   std::vector<int32_t> tokens;
@@ -41,9 +35,10 @@ struct ShadowSeq {
   int64_t computed = 0;
 
   void Push(int32_t t) {
-    const uint64_t parent =
-        fingerprints.empty() ? Mix(std::hash<std::string>{}(salt)) : fingerprints.back();
-    fingerprints.push_back(Mix(parent ^ static_cast<uint32_t>(t)));
+    const uint64_t parent = fingerprints.empty()
+                                ? common::SplitMix64(std::hash<std::string>{}(salt))
+                                : fingerprints.back();
+    fingerprints.push_back(common::SplitMix64(parent ^ static_cast<uint32_t>(t)));
     tokens.push_back(t);
   }
 };

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/file.h"
 #include "common/base/status_macros.h"
 #include "common/model/checkpoint.h"
 #include "common/tensor/dtype.h"
@@ -251,11 +251,7 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
 }
 
 absl::StatusOr<FileInfo> ReadGgufHeader(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string data = ss.str();
+  ASSIGN_OR_RETURN(const std::string data, common::ReadFile(path));
   Reader r(data, path);
   FileInfo info;
   info.file_size = data.size();

@@ -5,9 +5,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/base/file.h"
 #include "common/model/checkpoint.h"
 #include "common/model/make_model.h"
 #include "common/tensor/dtype.h"
@@ -21,12 +20,7 @@ namespace fs = std::filesystem;
 using common::DType;
 using common::testing::StatusIs;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadAll(const std::string& path) { return common::ReadFile(path).value(); }
 
 uint64_t Fnv1a(const uint8_t* p, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -139,8 +133,7 @@ TEST_F(GgufTest, ExportsTinyMixtralAsLlamaWithExperts) {
   EXPECT_EQ(md.at("general.architecture").s(), "llama");
   EXPECT_EQ(md.at("llama.embedding_length").u(), static_cast<uint64_t>(c.hidden_size));
   EXPECT_EQ(md.at("llama.block_count").u(), static_cast<uint64_t>(c.num_hidden_layers));
-  EXPECT_EQ(md.at("llama.feed_forward_length").u(),
-            static_cast<uint64_t>(c.moe_intermediate_size));
+  EXPECT_EQ(md.at("llama.feed_forward_length").u(), static_cast<uint64_t>(c.moe_intermediate_size));
   EXPECT_EQ(md.at("llama.attention.head_count").u(), static_cast<uint64_t>(c.num_attention_heads));
   EXPECT_EQ(md.at("llama.attention.head_count_kv").u(),
             static_cast<uint64_t>(c.num_key_value_heads));
@@ -166,7 +159,8 @@ TEST_F(GgufTest, ExportsTinyMixtralAsLlamaWithExperts) {
             (std::vector<int64_t>{c.moe_intermediate_size, c.hidden_size, 8}));
   EXPECT_EQ(by_name.at("blk.0.attn_norm.weight").type, GgmlType::kF32);
   EXPECT_EQ(by_name.at("blk.0.ffn_gate_inp.weight").type, GgmlType::kF32);
-  EXPECT_EQ(by_name.at("token_embd.weight").ne, (std::vector<int64_t>{c.hidden_size, c.vocab_size}));
+  EXPECT_EQ(by_name.at("token_embd.weight").ne,
+            (std::vector<int64_t>{c.hidden_size, c.vocab_size}));
 
   // Data: expert 3's gate of layer 1 is stored verbatim at its slot of the stack.
   const std::string bytes = ReadAll(out);

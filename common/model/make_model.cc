@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/hash.h"
 #include "common/base/status_macros.h"
 #include "common/model/checkpoint_layout.h"
 #include "common/model/safetensors.h"
@@ -23,13 +24,6 @@ using nlohmann::json;
 
 constexpr char kTransformersVersion[] = "4.51.3";
 
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
@@ -38,7 +32,7 @@ uint64_t Fnv1a(std::string_view s) {
 
 // Uniform in [-1, 1) from the i-th draw of stream `key` (splitmix64 sequence).
 inline float Uniform(uint64_t key, uint64_t i) {
-  const uint64_t x = SplitMix(key + i * 0x9e3779b97f4a7c15ull);
+  const uint64_t x = common::SplitMix64(key + i * common::kGoldenGamma);
   return static_cast<float>((static_cast<double>(x >> 40) + 0.5) * (2.0 / 16777216.0) - 1.0);
 }
 
@@ -102,7 +96,7 @@ Init InitFor(const ModelConfig& c, const TensorSlot& s) {
 class TensorGenerator {
  public:
   TensorGenerator(const MakeModelOptions& o, const ModelConfig& c, const TensorSlot& s)
-      : c_(c), s_(s), init_(InitFor(c, s)), key_(SplitMix(o.seed ^ Fnv1a(s.name))) {
+      : c_(c), s_(s), init_(InitFor(c, s)), key_(common::SplitMix64(o.seed ^ Fnv1a(s.name))) {
     cols_ = s.shape.size() == 2 ? s.shape[1] : s.shape[0];
     numel_ = s.shape.size() == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
     if (o.gate_skew > 0) {
@@ -396,9 +390,9 @@ std::vector<int64_t> GateSkewRanks(const MakeModelOptions& options, int64_t laye
   std::vector<int64_t> order(c.num_experts);
   std::iota(order.begin(), order.end(), 0);
   // Fisher-Yates with a stream keyed by (seed, layer).
-  const uint64_t key = SplitMix(options.seed ^ Fnv1a(absl::StrCat("gate_skew.", layer)));
+  const uint64_t key = common::SplitMix64(options.seed ^ Fnv1a(absl::StrCat("gate_skew.", layer)));
   for (int64_t i = c.num_experts - 1; i > 0; --i) {
-    const int64_t j = static_cast<int64_t>(SplitMix(key + static_cast<uint64_t>(i)) %
+    const int64_t j = static_cast<int64_t>(common::SplitMix64(key + static_cast<uint64_t>(i)) %
                                            static_cast<uint64_t>(i + 1));
     std::swap(order[i], order[j]);
   }

@@ -4,9 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/base/file.h"
 #include "common/model/checkpoint.h"
 #include "common/model/checkpoint_layout.h"
 #include "common/testing/free_port.h"
@@ -21,12 +20,7 @@ using common::DType;
 using common::testing::StatusIs;
 using ::testing::HasSubstr;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadFile(const fs::path& p) { return common::ReadFile(p.string()).value(); }
 
 int64_t CountParams(const ModelConfig& c, bool active_only) {
   int64_t n = 0;

@@ -1,10 +1,9 @@
 #include "common/model/model_config.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/file.h"
 #include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -393,11 +392,8 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   std::filesystem::path p(path);
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) p /= "config.json";
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(p.string(), ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseModelConfig(ss.str(), p.string());
+  ASSIGN_OR_RETURN(const std::string text, common::ReadFile(p.string()));
+  return ParseModelConfig(text, p.string());
 }
 
 }  // namespace moe::model

@@ -5,12 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/file.h"
 
 namespace moe::tokenizer::testing {
 namespace {
@@ -72,12 +71,11 @@ absl::StatusOr<nlohmann::json> RunOracle(const std::vector<std::string>& args) {
   for (const auto& a : args) absl::StrAppend(&cmd, " ", ShellQuote(a));
   absl::StrAppend(&cmd, " --out ", ShellQuote(out_path));
   const int rc = std::system(cmd.c_str());
-  std::ifstream in(out_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  absl::StatusOr<std::string> text = common::ReadFile(out_path);
   std::filesystem::remove(out_path);
   if (rc != 0) return absl::InternalError(absl::StrCat("oracle failed (", rc, "): ", cmd));
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InternalError("oracle output is not JSON");
   return j;
 }

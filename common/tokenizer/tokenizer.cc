@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/base/file.h"
 #include "common/base/status_macros.h"
 #include "common/tokenizer/unicode.h"
 
@@ -36,11 +35,7 @@ absl::StatusOr<json> ParseJson(std::string_view text, std::string_view file) {
 }
 
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return common::ReadFile(path.string());
 }
 
 bool GetBoolOr(const json& j, const char* key, bool def) {

@@ -3,15 +3,18 @@
 //
 //   expert-worker --set core.model_dir=/models/small --set core.experts=*:0-3 --set grpc.port=0
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/config/loader.h"
 #include "common/grpc/listening.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
+#include "common/kernels/kernels.h"
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/registry.h"
 #include "services/expert-worker/core/expert_worker_core.h"
@@ -35,6 +38,12 @@ absl::Status Run(int argc, char** argv) {
   if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered
   std::optional<expert_worker::ExpertWorkerOptions>& options = *loaded;
   common::SetLogLevel(options->log_level);
+  // The kernels' SIMD path (bitwise identical on every path): MOE_KERNELS_ISA, default auto.
+  if (const char* isa = std::getenv("MOE_KERNELS_ISA"); isa != nullptr) {
+    if (absl::Status s = kernels::SelectIsa(isa); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("MOE_KERNELS_ISA: ", s.message()));
+    }
+  }
 
   common::metrics::Registry registry;
   common::SystemClock& clock = common::SystemClock::Get();

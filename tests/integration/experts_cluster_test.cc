@@ -1,4 +1,4 @@
-// Disaggregated experts end to end (issue 5): 1 router + 3 expert-worker processes on loopback
+// Disaggregated experts end to end: 1 router + 3 expert-worker processes on loopback
 // against the embedded engine (a router process without workers), on the tiny preset.
 #include "tests/integration/experts_cluster.h"
 

@@ -1,8 +1,10 @@
 // `moe`: the project's one CLI (DESIGN.md §6). Dispatches to registered subcommands.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "common/kernels/kernels.h"
 #include "tools/moe/command.h"
 
 namespace {
@@ -27,6 +29,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe: unknown command '%s'\n", argv[1]);
     PrintUsage();
     return 2;
+  }
+  // The kernels' SIMD path for the commands that compute (bitwise identical on every path).
+  if (const char* isa = std::getenv("MOE_KERNELS_ISA"); isa != nullptr) {
+    if (absl::Status s = moe::kernels::SelectIsa(isa); !s.ok()) {
+      std::fprintf(stderr, "moe: MOE_KERNELS_ISA: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
   // Commands parse their own flags (they know their switches); hand them the raw argv too.

@@ -11,10 +11,10 @@
 #include <iterator>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/base/file.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -224,10 +224,7 @@ class ChatTemplateOracleTest : public ::testing::Test {
     const std::string cmd = "node '" + (js / "chat_template" / "oracle.mjs").string() + "' < '" +
                             in + "' > '" + out + "'";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    std::ifstream f(out);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    oracle_ = new json(json::parse(ss.str()));
+    oracle_ = new json(json::parse(common::ReadFile(out).value()));
     std::filesystem::remove_all(dir);
   }
 

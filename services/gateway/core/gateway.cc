@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -11,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/base/file.h"
+#include "common/base/hash.h"
 #include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/completion_session.h"
@@ -20,14 +21,6 @@ namespace moe::gateway {
 namespace {
 
 using Json = nlohmann::json;
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 HttpResponse Text(int status, std::string body) {
   HttpResponse r;
@@ -47,13 +40,6 @@ const char* PromptParam(const CompletionRequest& r) {
   return r.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
 }
 
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 absl::StatusOr<ModelInfo> LoadModelInfo(const GatewayOptions& options) {
@@ -68,7 +54,7 @@ absl::StatusOr<ModelInfo> LoadModelInfo(const GatewayOptions& options) {
   info.max_model_len = options.max_model_len;
   if (info.max_model_len == 0) {
     const std::string path = (fs::path(options.model_dir) / "config.json").string();
-    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    ASSIGN_OR_RETURN(std::string text, common::ReadFile(path));
     Json config = Json::parse(text, nullptr, false);
     if (config.is_discarded() || !config.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
@@ -96,7 +82,7 @@ absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options)
     if (!k.empty()) keys.push_back(k);
   }
   if (!options.api_keys_file.empty()) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(options.api_keys_file));
+    ASSIGN_OR_RETURN(std::string text, common::ReadFile(options.api_keys_file));
     std::istringstream in(text);
     std::string line;
     while (std::getline(in, line)) {
@@ -145,8 +131,8 @@ Gateway::~Gateway() = default;
 
 std::string Gateway::NewRequestId(const char* prefix) {
   const uint64_t n = next_id_.fetch_add(1);
-  return absl::StrFormat("%s%016x%08x", prefix, Mix64(id_seed_ ^ n),
-                         static_cast<uint32_t>(Mix64(n + id_seed_)));
+  return absl::StrFormat("%s%016x%08x", prefix, common::SplitMix64(id_seed_ ^ n),
+                         static_cast<uint32_t>(common::SplitMix64(n + id_seed_)));
 }
 
 void Gateway::Reply(ResponseWriter& writer, HttpResponse response) {

@@ -4,16 +4,10 @@
 #include <limits>
 
 #include "common/base/check.h"
+#include "common/base/hash.h"
 
 namespace moe::gateway {
 namespace {
-
-uint64_t Mix64(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 double Load(const RouterLoad& l, const RouterPickerOptions& o) {
   const double queued = static_cast<double>(l.num_waiting) + l.num_running + l.local_in_flight;
@@ -36,7 +30,7 @@ kv::BlockHash AffinityKey(const kv::BlockHash& root, absl::Span<const int32_t> p
 uint64_t RendezvousScore(const kv::BlockHash& key, const std::string& router_id) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the id
   for (unsigned char c : router_id) h = (h ^ c) * 0x100000001b3ULL;
-  return Mix64(Mix64(key.lo ^ h) ^ key.hi);
+  return common::SplitMix64(common::SplitMix64(key.lo ^ h) ^ key.hi);
 }
 
 std::vector<int> OrderRouters(const kv::BlockHash& key, const std::vector<std::string>& router_ids,

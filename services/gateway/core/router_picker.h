@@ -1,4 +1,4 @@
-// Choice of router for a request (issue 6 §3): prefix affinity balanced against load.
+// Choice of router for a request: prefix affinity balanced against load.
 //
 // Affinity: the key is the KV hash chain (common/kv/block_hash.h, the same identity the routers'
 // caches use) of the prompt's first `affinity_blocks` full blocks; routers are ranked by

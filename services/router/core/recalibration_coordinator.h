@@ -1,4 +1,4 @@
-// The automatic recalibration loop (issue 5, DESIGN.md §1 "when imbalance crosses a threshold"):
+// The automatic recalibration loop (DESIGN.md §1 "when imbalance crosses a threshold"):
 // every `interval` it gathers every router's load window (the RecalibrationTransport of
 // recalibration.h), judges the cluster's balancedness, and runs the recalibration protocol when
 // the balancedness has stayed below `threshold` for `sustain` consecutive checks.

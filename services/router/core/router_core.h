@@ -1,5 +1,5 @@
 // Everything the router runs in-process, wired: the checkpoint (memory-mapped), the engine with
-// its experts in-process (LocalExpertExecutor; the experts issue puts them across the network),
+// its experts in-process (LocalExpertExecutor; RemoteExpertExecutor puts them across the network),
 // the L1 block manager over the engine's KV cache, and the scheduler. No gRPC: main.cc, the
 // server test and `moe bench router` all build the router through this.
 #pragma once

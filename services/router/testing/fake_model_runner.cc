@@ -4,31 +4,28 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/hash.h"
 
 namespace moe::router::testing {
 namespace {
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // What a slot holds for `token_id` at `pos`; never 0 (0 marks an unwritten slot).
 uint64_t SlotValue(int32_t token_id, int64_t pos) {
-  return Mix((static_cast<uint64_t>(token_id) << 32) ^ static_cast<uint64_t>(pos)) | 1;
+  return common::SplitMix64((static_cast<uint64_t>(token_id) << 32) ^ static_cast<uint64_t>(pos)) |
+         1;
 }
 
 // Logits from the running hash of slots 0..p: a clear top-1 per context.
 void FillLogits(uint64_t context_hash, int64_t vocab, float* out) {
   for (int64_t v = 0; v < vocab; ++v) {
-    out[v] = static_cast<float>(Mix(context_hash ^ Mix(static_cast<uint64_t>(v))) >> 40) /
-             static_cast<float>(1 << 24);
+    out[v] =
+        static_cast<float>(
+            common::SplitMix64(context_hash ^ common::SplitMix64(static_cast<uint64_t>(v))) >> 40) /
+        static_cast<float>(1 << 24);
   }
 }
 
-uint64_t Chain(uint64_t h, uint64_t slot) { return Mix(h ^ slot); }
+uint64_t Chain(uint64_t h, uint64_t slot) { return common::SplitMix64(h ^ slot); }
 
 }  // namespace
 
