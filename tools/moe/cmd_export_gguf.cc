@@ -1,5 +1,5 @@
 // `moe export-gguf`: converts a Mixtral checkpoint directory to a GGUF file for llama.cpp (its
-// "llama" architecture with experts; see common/model/gguf_writer.h), for side-by-side benchmarks
+// "llama" architecture with experts; see common/model/gguf_export.h), for side-by-side benchmarks
 // on the same weights (bench/llamacpp).
 //
 //   moe export-gguf --model DIR --out FILE.gguf
@@ -9,7 +9,8 @@
 #include <cstdio>
 #include <string>
 
-#include "common/model/gguf_writer.h"
+#include "common/model/gguf_export.h"
+#include "common/model/gguf_reader.h"
 #include "nlohmann/json.hpp"
 #include "tools/moe/command.h"
 
