@@ -1,6 +1,5 @@
 #include "services/router/core/recalibration_coordinator.h"
 
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,85 +11,16 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/router/testing/fake_recalibration_transport.h"
 
 namespace moe::router {
 namespace {
 
 using common::testing::FakeClock;
 
-// One router (or more) and three workers in memory: one MoE layer of 6 experts placed round
-// robin (expert e on worker e % 3). The load each GetStats reports is set by the test.
-class FakeCluster : public RecalibrationTransport {
- public:
-  explicit FakeCluster(int num_routers = 1) {
-    PlacementTable t;
-    t.num_layers = 1;
-    t.num_experts = 6;
-    t.workers = {{0, "w0"}, {1, "w1"}, {2, "w2"}};
-    t.replicas.resize(6);
-    for (int e = 0; e < 6; ++e) t.MutableReplicas(0, e) = {e % 3};
-    active_.assign(num_routers, t);
-    SetSkewed();
-  }
-
-  // Expert 0 is hot: worker 0 processes most tokens (per router).
-  void SetSkewed() { SetLoad({600, 100, 100, 100, 50, 50}); }
-  // Even load: every worker processes the same.
-  void SetEven() { SetLoad({100, 100, 100, 100, 100, 100}); }
-  // `expert_tokens` per router; the worker tokens follow from router 0's placement (an expert's
-  // tokens split evenly over its replicas) unless `worker_tokens` is given.
-  void SetLoad(std::vector<uint64_t> expert_tokens,
-               std::optional<WorkerTokens> worker_tokens = {}) {
-    expert_tokens_ = std::move(expert_tokens);
-    if (worker_tokens.has_value()) {
-      worker_tokens_ = *std::move(worker_tokens);
-      return;
-    }
-    worker_tokens_.clear();
-    for (int e = 0; e < 6; ++e) {
-      const auto& reps = active_[0].Replicas(0, e);
-      for (int32_t w : reps) {
-        auto& v = worker_tokens_[w];
-        v.resize(1);
-        v[0] += expert_tokens_[e] / reps.size();
-      }
-    }
-  }
-
-  int num_routers() const override { return static_cast<int>(active_.size()); }
-  absl::StatusOr<RouterLoadReport> GetStats(int router, absl::Duration window) override {
-    log_ += absl::StrCat("stats", router, " ");
-    windows_.insert(window);
-    if (stats_error_) return absl::UnavailableError("router down");
-    return RouterLoadReport{absl::StrCat("r", router), active_[router], expert_tokens_,
-                            worker_tokens_};
-  }
-  absl::Status SetPlacement(int router, const PlacementTable& table) override {
-    log_ += absl::StrCat("set", router, " ");
-    active_[router] = table;
-    return absl::OkStatus();
-  }
-  absl::Status LoadExperts(const std::string&, const std::vector<model::ExpertKey>&) override {
-    log_ += "load ";
-    if (load_failures_ > 0) {
-      --load_failures_;
-      return absl::UnavailableError("w1: LoadExperts: connection refused");
-    }
-    return absl::OkStatus();
-  }
-  absl::Status UnloadExperts(const std::string&, const std::vector<model::ExpertKey>&) override {
-    log_ += "unload ";
-    return absl::OkStatus();
-  }
-
-  std::vector<PlacementTable> active_;
-  std::vector<uint64_t> expert_tokens_;
-  WorkerTokens worker_tokens_;
-  std::set<absl::Duration> windows_;
-  bool stats_error_ = false;
-  int load_failures_ = 0;
-  std::string log_;
-};
+// One router (or more) and three workers in memory (testing/fake_recalibration_transport.h): one
+// MoE layer of 6 experts placed round robin, skewed load unless the test sets another.
+using FakeCluster = testing::FakeRecalibrationTransport;
 
 class RecalibrationCoordinatorTest : public ::testing::Test {
  protected:

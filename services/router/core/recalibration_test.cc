@@ -1,74 +1,28 @@
 #include "services/router/core/recalibration.h"
 
-#include <map>
-#include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/router/testing/fake_recalibration_transport.h"
 
 namespace moe::router {
 namespace {
 
 using common::testing::StatusIs;
 
-// Two routers and three workers in memory. Checks the protocol's invariant on every step: each
-// (layer, expert) of every router's active table is resident on a worker that the table names.
-class FakeCluster : public RecalibrationTransport {
+// Two routers and three workers in memory (testing/fake_recalibration_transport.h), expert 0 hot
+// on both routers, no measured worker tokens. The fake checks the protocol's invariant on every
+// step: each (layer, expert) of every router's active table is resident on a worker that the
+// table names.
+class FakeCluster : public testing::FakeRecalibrationTransport {
  public:
-  FakeCluster() {
-    PlacementTable t;
-    t.num_layers = 1;
-    t.num_experts = 6;
-    t.workers = {{0, "w0"}, {1, "w1"}, {2, "w2"}};
-    t.replicas.resize(6);
-    for (int e = 0; e < 6; ++e) t.MutableReplicas(0, e) = {e % 3};
-    for (int r = 0; r < 2; ++r) active_.push_back(t);
-    for (const auto& [id, keys] : t.ExpertsByWorker()) {
-      resident_[t.FindWorker(id)->address].insert(keys.begin(), keys.end());
-    }
+  FakeCluster() : FakeRecalibrationTransport(/*num_routers=*/2) {
+    SetLoad({60, 10, 10, 10, 5, 5}, WorkerTokens{});
+    check_live_replicas_ = true;
   }
-
-  int num_routers() const override { return static_cast<int>(active_.size()); }
-  absl::StatusOr<RouterLoadReport> GetStats(int router, absl::Duration) override {
-    log_ += absl::StrCat("stats", router, " ");
-    // Expert 0 is hot on both routers.
-    return RouterLoadReport{absl::StrCat("r", router), active_[router], {60, 10, 10, 10, 5, 5}};
-  }
-  absl::Status SetPlacement(int router, const PlacementTable& table) override {
-    log_ += absl::StrCat("set", router, " ");
-    active_[router] = table;
-    CheckInvariant();
-    return absl::OkStatus();
-  }
-  absl::Status LoadExperts(const std::string& w, const std::vector<model::ExpertKey>& k) override {
-    log_ += "load ";
-    resident_[w].insert(k.begin(), k.end());
-    return absl::OkStatus();
-  }
-  absl::Status UnloadExperts(const std::string& w,
-                             const std::vector<model::ExpertKey>& k) override {
-    log_ += "unload ";
-    for (const auto& key : k) resident_[w].erase(key);
-    CheckInvariant();
-    return absl::OkStatus();
-  }
-
-  void CheckInvariant() {
-    for (const PlacementTable& t : active_) {
-      for (int e = 0; e < t.num_experts; ++e) {
-        for (int32_t w : t.Replicas(0, e)) {
-          EXPECT_TRUE(resident_[t.FindWorker(w)->address].count({0, e}))
-              << "expert " << e << " not resident on w" << w << " in v" << t.version;
-        }
-      }
-    }
-  }
-
-  std::vector<PlacementTable> active_;
-  std::map<std::string, std::set<model::ExpertKey>> resident_;
-  std::string log_;
 };
 
 TEST(RecalibrationTest, LoadsSwitchesThenUnloadsKeepingEveryExpertLive) {
