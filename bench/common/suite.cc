@@ -4,6 +4,10 @@
 
 namespace moe::bench {
 
+std::string CacheDir(const SuiteOptions& options) {
+  return options.cache_dir.empty() ? kDefaultCacheDir : options.cache_dir;
+}
+
 std::map<std::string, Suite>& Suites() {
   static std::map<std::string, Suite> suites;
   return suites;

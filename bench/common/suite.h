@@ -19,11 +19,16 @@ struct SuiteOptions {
   std::string arch = "mixtral";  // for presets
   std::string dtype = "bf16";    // for presets: f32, bf16, f16
   int threads = 2;
-  // Where generated preset checkpoints are cached between runs ("" = $MOE_BENCH_CACHE or
-  // /tmp/moe-bench-cache).
+  // Where generated preset checkpoints are cached between runs; "" = kDefaultCacheDir. `moe
+  // bench` fills it from --cache-dir, else $MOE_BENCH_CACHE. Suites read it via CacheDir().
   std::string cache_dir;
   bool quick = false;  // fewer iterations (smoke tests)
 };
+
+inline constexpr char kDefaultCacheDir[] = "/tmp/moe-bench-cache";
+
+// The directory for generated checkpoints: options.cache_dir, or kDefaultCacheDir when empty.
+std::string CacheDir(const SuiteOptions& options);
 
 using SuiteFn = std::function<absl::StatusOr<BenchReport>(const SuiteOptions&)>;
 

@@ -132,11 +132,7 @@ absl::StatusOr<std::string> PresetCheckpoint(const SuiteOptions& options) {
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown dtype '", options.dtype, "'"));
   }
-  std::string cache = options.cache_dir;
-  if (cache.empty()) {
-    const char* env = std::getenv("MOE_BENCH_CACHE");
-    cache = env != nullptr && *env != '\0' ? env : "/tmp/moe-bench-cache";
-  }
+  const std::string cache = CacheDir(options);
   const std::string dir =
       absl::StrCat(cache, "/", options.preset, "-", options.arch, "-", options.dtype, "-v1");
   const std::string marker = dir + "/.complete";

@@ -45,11 +45,7 @@ absl::StatusOr<std::string> Checkpoint(const SuiteOptions& o) {
   if (!o.model_dir.empty()) return o.model_dir;
   const std::string preset = o.preset == "bench" ? "small" : o.preset;
   ASSIGN_OR_RETURN(model::Preset p, model::ParsePreset(preset));
-  std::string cache = o.cache_dir;
-  if (cache.empty()) {
-    const char* env = std::getenv("MOE_BENCH_CACHE");
-    cache = env != nullptr && *env != '\0' ? env : "/tmp/moe-bench-cache";
-  }
+  const std::string cache = CacheDir(o);
   const std::string dir = absl::StrCat(cache, "/", preset, "-mixtral-f32-experts-v1");
   if (std::filesystem::exists(dir + "/.complete")) return dir;
   model::MakeModelOptions mo;

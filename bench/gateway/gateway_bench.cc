@@ -7,19 +7,16 @@
 //     through the gateway minus arrival direct (p50/p99; figure gateway_token_overhead_ms_p99).
 //   - max sustained requests/s: closed loop of keep-alive clients on a gateway with the fake
 //     backend (no model cost), non-stream completions of 8 tokens.
-// Processes are the real binaries beside `moe` (router, gateway), started with port 0.
-#include <signal.h>
+// Processes are the binaries beside `moe` (router, gateway, and moe_bench_fake_gateway: the
+// gateway's core and HTTP server in front of the fake backend), started with port 0 under one
+// common::process::Supervisor.
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,92 +27,40 @@
 #include "bench/common/suite.h"
 #include "bench/gateway/sse_load.h"
 #include "common/base/status_macros.h"
+#include "common/http/http_client.h"
 #include "common/model/make_model.h"
+#include "common/process/supervisor.h"
 #include "grpcpp/grpcpp.h"
 #include "moe/router/v1/router.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "services/gateway/testing/http_test_client.h"
 
 namespace moe::bench {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using common::process::Supervisor;
 
-struct Child {
-  pid_t pid = -1;
-  nlohmann::json listening;
-  ~Child() { Stop(); }
-  void Stop() {
-    if (pid <= 0) return;
-    ::kill(pid, SIGTERM);
-    for (int i = 0; i < 300 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (::waitpid(pid, nullptr, WNOHANG) == 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    pid = -1;
-  }
-  // Peak resident set (VmHWM) in bytes.
-  int64_t PeakRss() const {
-    std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
-    }
-    return 0;
-  }
-};
-
-absl::StatusOr<std::unique_ptr<Child>> Spawn(const std::string& binary,
-                                             std::vector<std::string> args) {
-  int fds[2];
-  if (::pipe(fds) != 0) return absl::InternalError("pipe");
+// Starts `binary` with `args` up to its listening line (its output discarded) and waits until
+// its HTTP /readyz (when it has an HTTP port) answers 200.
+absl::StatusOr<const Supervisor::Member*> Start(Supervisor& group, const std::string& name,
+                                                const std::string& binary,
+                                                std::vector<std::string> args,
+                                                absl::Duration ready_timeout) {
   args.insert(args.begin(), binary);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
+  ASSIGN_OR_RETURN(const Supervisor::Member* m,
+                   group.Start(name, {.argv = std::move(args)}, ready_timeout));
+  if (m->ports.http) {
+    const int port = *m->ports.http;
+    RETURN_IF_ERROR(group.WaitReady(
+        *m,
+        [port]() -> absl::StatusOr<bool> {
+          auto r = common::http::HttpCall(port, "GET", "/readyz");
+          return r && r->status == 200;
+        },
+        absl::Now() + ready_timeout, absl::Milliseconds(50)));
   }
-  ::close(fds[1]);
-  auto child = std::make_unique<Child>();
-  child->pid = pid;
-  FILE* out = ::fdopen(fds[0], "r");
-  char line[4096];
-  while (std::fgets(line, sizeof(line), out) != nullptr) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.value("event", "") == "listening") {
-      child->listening = j;
-      break;
-    }
-  }
-  // Keep draining stdout so the child never blocks on it.
-  std::thread([out] {
-    char buf[4096];
-    while (std::fgets(buf, sizeof(buf), out) != nullptr) {
-    }
-    std::fclose(out);
-  }).detach();
-  if (child->listening.is_null()) return absl::InternalError(binary + " did not start");
-  return child;
-}
-
-bool WaitReady(int port, double timeout_s) {
-  const Clock::time_point start = Clock::now();
-  while (std::chrono::duration<double>(Clock::now() - start).count() < timeout_s) {
-    auto r = gateway::testing::HttpCall(port, "GET", "/readyz");
-    if (r && r->status == 200) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return m;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -173,19 +118,16 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
   RaiseFdLimit();
   BenchReport report("gateway");
   const std::string bin = SelfDir();
-  const std::string router_bin = bin + "/router", gateway_bin = bin + "/gateway";
-  if (!fs::exists(router_bin) || !fs::exists(gateway_bin)) {
-    return absl::FailedPreconditionError("router and gateway binaries must be built beside moe");
+  const std::string router_bin = bin + "/router", gateway_bin = bin + "/gateway",
+                    fake_gateway_bin = bin + "/moe_bench_fake_gateway";
+  if (!fs::exists(router_bin) || !fs::exists(gateway_bin) || !fs::exists(fake_gateway_bin)) {
+    return absl::FailedPreconditionError(
+        "router, gateway and moe_bench_fake_gateway binaries must be built beside moe");
   }
   // The tiny preset (the gateway's costs do not depend on the model) unless a model is given.
   std::string model_dir = options.model_dir;
   if (model_dir.empty()) {
-    std::string cache = options.cache_dir;
-    if (cache.empty()) {
-      const char* env = std::getenv("MOE_BENCH_CACHE");
-      cache = env != nullptr ? env : "/tmp/moe-bench-cache";
-    }
-    model_dir = (fs::path(cache) / "gateway-tiny" / "tiny").string();
+    model_dir = (fs::path(CacheDir(options)) / "gateway-tiny" / "tiny").string();
     if (!fs::exists(fs::path(model_dir) / "config.json")) {
       model::MakeModelOptions make;
       make.preset = model::Preset::kTiny;
@@ -198,13 +140,16 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
   const double rps_seconds = options.quick ? 1.0 : 3.0;
 
   std::fprintf(stderr, "bench gateway: starting router and gateways\n");
-  ASSIGN_OR_RETURN(
-      auto router,
-      Spawn(router_bin, {"--set", "core.model_dir=" + model_dir, "--set", "grpc.host=127.0.0.1",
-                         "--set", "grpc.port=0", "--set", "metrics.host=127.0.0.1", "--set",
-                         "metrics.port=0", "--set", "core.scheduler.max_waiting=8192", "--set",
-                         absl::StrCat("core.num_threads=", options.threads)}));
-  const std::string router_addr = absl::StrCat("127.0.0.1:", router->listening["grpc"].get<int>());
+  Supervisor group({.stop_grace = absl::Seconds(6), .output_fd = -1, .log = nullptr});
+  ASSIGN_OR_RETURN(const Supervisor::Member* router,
+                   Start(group, "router", router_bin,
+                         {"--set", "core.model_dir=" + model_dir, "--set", "grpc.host=127.0.0.1",
+                          "--set", "grpc.port=0", "--set", "metrics.host=127.0.0.1", "--set",
+                          "metrics.port=0", "--set", "core.scheduler.max_waiting=8192", "--set",
+                          absl::StrCat("core.num_threads=", options.threads)},
+                         absl::Seconds(120)));
+  if (!router->ports.grpc) return absl::InternalError("router: no grpc port");
+  const std::string router_addr = absl::StrCat("127.0.0.1:", *router->ports.grpc);
   const std::vector<std::string> limits = {
       "--set", "http.host=127.0.0.1",       "--set", "http.port=0",
       "--set", "limits.max_in_flight=4096", "--set", "http.max_connections=8192",
@@ -215,18 +160,21 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  ASSIGN_OR_RETURN(auto gw,
-                   Spawn(gateway_bin, gateway_args({"--set", "routing.routers=" + router_addr})));
-  ASSIGN_OR_RETURN(auto fake_gw,
-                   Spawn(gateway_bin, gateway_args({"--set", "backend=fake", "--set",
-                                                    "fake_token_interval_us=20000"})));
-  ASSIGN_OR_RETURN(auto fast_gw, Spawn(gateway_bin, gateway_args({"--set", "backend=fake"})));
-  const int gw_port = gw->listening["http"].get<int>();
-  const int fake_port = fake_gw->listening["http"].get<int>();
-  const int fast_port = fast_gw->listening["http"].get<int>();
-  if (!WaitReady(gw_port, 120) || !WaitReady(fake_port, 30) || !WaitReady(fast_port, 30)) {
-    return absl::DeadlineExceededError("the gateways did not become ready");
+  ASSIGN_OR_RETURN(
+      const Supervisor::Member* gw,
+      Start(group, "gateway", gateway_bin,
+            gateway_args({"--set", "routing.routers=" + router_addr}), absl::Seconds(120)));
+  ASSIGN_OR_RETURN(const Supervisor::Member* fake_gw,
+                   Start(group, "fake-gateway-paced", fake_gateway_bin,
+                         gateway_args({"--set", "token_interval=20ms"}), absl::Seconds(30)));
+  ASSIGN_OR_RETURN(const Supervisor::Member* fast_gw, Start(group, "fake-gateway", fake_gateway_bin,
+                                                            gateway_args({}), absl::Seconds(30)));
+  if (!gw->ports.http || !fake_gw->ports.http || !fast_gw->ports.http) {
+    return absl::InternalError("a gateway printed no http port");
   }
+  const int gw_port = *gw->ports.http;
+  const int fake_port = *fake_gw->ports.http;
+  const int fast_port = *fast_gw->ports.http;
 
   // 1. Gateway-added latency per token (sequential, no contention).
   std::fprintf(stderr, "bench gateway: per-token overhead (%d request pairs)\n", pairs);
@@ -283,7 +231,7 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
   const Clock::time_point rps_start = Clock::now();
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&] {
-      gateway::testing::HttpTestClient client(fast_port);
+      common::http::HttpClient client(fast_port);
       while (!stop.load()) {
         auto r = client.Request("POST", "/v1/completions", small);
         if (r && r->status == 200) {
@@ -300,12 +248,9 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
   for (std::thread& t : threads) t.join();
   const double rps = done.load() / std::chrono::duration<double>(Clock::now() - rps_start).count();
 
-  const int64_t rss_routed = gw->PeakRss();
-  const int64_t rss_paced = fake_gw->PeakRss();
-  gw->Stop();
-  fake_gw->Stop();
-  fast_gw->Stop();
-  router->Stop();
+  const int64_t rss_routed = gw->child->PeakRssBytes();
+  const int64_t rss_paced = fake_gw->child->PeakRssBytes();
+  group.StopAll();
 
   report.Add({"gateway_token_overhead_ms_p99",
               Percentile(overhead_ms, 0.99),

@@ -11,21 +11,24 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
+#include <string>
+#include <string_view>
 
+#include "common/http/http_client.h"
+#include "common/http/response_parser.h"
 #include "nlohmann/json.hpp"
 
 namespace moe::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using common::http::ResponseParser;
 
 struct Conn {
   int fd = -1;
   std::string out;  // request bytes not yet sent
-  std::string in;   // received bytes not yet parsed
-  enum { kHeaders, kChunkSize, kChunkData, kDone } state = kHeaders;
-  size_t chunk_left = 0;
+  ResponseParser in;
+  enum { kHeaders, kBody, kDone } state = kHeaders;
   std::string sse;  // de-chunked text not yet split into events
   bool open_counted = false;
   Clock::time_point sent;
@@ -64,35 +67,34 @@ bool Parse(Conn& c, StreamStats& s, int* open) {
   const double now_s = Since(c.sent);
   for (;;) {
     if (c.state == Conn::kHeaders) {
-      const size_t end = c.in.find("\r\n\r\n");
-      if (end == std::string::npos) return true;
-      s.status = std::atoi(c.in.c_str() + 9);
-      const bool chunked = c.in.substr(0, end).find("chunked") != std::string::npos;
-      c.in.erase(0, end + 4);
-      if (s.status != 200 || !chunked) {
+      common::http::HttpResponse head;
+      const ResponseParser::Result r = c.in.ParseHead(head);
+      if (r == ResponseParser::Result::kIncomplete) return true;
+      s.status = head.status;
+      const bool chunked = head.headers["transfer-encoding"].find("chunked") != std::string::npos;
+      if (r == ResponseParser::Result::kMalformed || s.status != 200 || !chunked) {
         s.error = true;
         s.error_text = "status " + std::to_string(s.status);
         return false;
       }
       c.open_counted = true;
       ++*open;
-      c.state = Conn::kChunkSize;
-    } else if (c.state == Conn::kChunkSize) {
-      const size_t eol = c.in.find("\r\n");
-      if (eol == std::string::npos) return true;
-      c.chunk_left = std::strtoul(c.in.c_str(), nullptr, 16);
-      c.in.erase(0, eol + 2);
-      if (c.chunk_left == 0) {
+      c.state = Conn::kBody;
+    } else if (c.state == Conn::kBody) {
+      std::string chunk;
+      const ResponseParser::Result r = c.in.ParseChunk(chunk);
+      if (r == ResponseParser::Result::kIncomplete) return true;
+      if (r == ResponseParser::Result::kMalformed) {
+        s.error = true;
+        s.error_text = "malformed chunk";
+        return false;
+      }
+      if (chunk.empty()) {
         c.state = Conn::kDone;
         s.end_s = now_s;
         return false;
       }
-      c.state = Conn::kChunkData;
-    } else if (c.state == Conn::kChunkData) {
-      if (c.in.size() < c.chunk_left + 2) return true;
-      c.sse.append(c.in, 0, c.chunk_left);
-      c.in.erase(0, c.chunk_left + 2);
-      c.state = Conn::kChunkSize;
+      c.sse += chunk;
       size_t pos;
       while ((pos = c.sse.find("\n\n")) != std::string::npos) {
         std::string event = c.sse.substr(0, pos);
@@ -129,8 +131,7 @@ LoadResult RunStreams(int port, const std::string& path, const std::vector<std::
     int one = 1;
     ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     ::connect(c.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    c.out = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
-            "Content-Length: " + std::to_string(bodies[i].size()) + "\r\n\r\n" + bodies[i];
+    c.out = common::http::FormatRequest("POST", path, bodies[i]);
     c.sent = Clock::now();
     ++live;
   }
@@ -164,7 +165,7 @@ LoadResult RunStreams(int port, const std::string& path, const std::vector<std::
         char buf[65536];
         const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
         if (n > 0) {
-          c.in.append(buf, static_cast<size_t>(n));
+          c.in.Append(std::string_view(buf, static_cast<size_t>(n)));
           keep = Parse(c, s, &open);
           result.peak_open = std::max(result.peak_open, open);
         } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {

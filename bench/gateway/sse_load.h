@@ -1,6 +1,10 @@
 // A single-threaded poll() HTTP/1.1 load client for `moe bench gateway`: opens one connection per
 // request, all at once, and reads every Server-Sent-Event stream to its end, timing each token
 // (tokens per event from the completions logprobs, so merged text deltas still count right).
+//
+// An event loop, not common/http's blocking HttpClient: a thousand streams on a thread each
+// would measure the client's scheduling instead of the gateway. It shares the client's request
+// bytes (FormatRequest) and response parser (common/http/response_parser.h).
 #pragma once
 
 #include <string>

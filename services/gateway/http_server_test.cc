@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/base/clock.h"
+#include "common/http/http_client.h"
 #include "common/metrics/registry.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -12,18 +13,17 @@
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/gateway.h"
 #include "services/gateway/testing/fake_backend.h"
-#include "services/gateway/testing/http_test_client.h"
 #include "services/gateway/testing/test_tokenizer.h"
 
 namespace moe::gateway {
 namespace {
 
 using Json = nlohmann::json;
+using common::http::HttpCall;
 using testing::FakeBackend;
 using testing::FakeBackendOptions;
 using ::testing::HasSubstr;
-using testing::HttpCall;
-using testing::HttpTestClient;
+using HttpTestClient = common::http::HttpClient;
 
 class HttpServerTest : public ::testing::Test {
  protected:
@@ -162,7 +162,7 @@ TEST_F(HttpServerTest, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
     EXPECT_TRUE(j["error"].contains("param")) << c.name;
     EXPECT_TRUE(j["error"].contains("code")) << c.name;
   }
-  auto garbage = testing::HttpTestClient(port_);
+  auto garbage = HttpTestClient(port_);
   ASSERT_TRUE(garbage.SendRaw("NOT HTTP AT ALL\r\n\r\n"));
   auto g = garbage.Read();
   ASSERT_TRUE(g);

@@ -1,6 +1,7 @@
-// `gateway`: flags -> GatewayOptions -> Validate -> tokenizer + backend (routers over gRPC, or
-// the fake for HTTP benchmarks) -> Gateway core -> HTTP server -> wait for SIGTERM/SIGINT ->
-// drain (new generations get 503, in-flight ones finish within http.drain_timeout) -> stop.
+// `gateway`: flags -> GatewayOptions -> Validate -> tokenizer + backend (routers over gRPC) ->
+// Gateway core -> HTTP server -> wait for SIGTERM/SIGINT -> drain (new generations get 503,
+// in-flight ones finish within http.drain_timeout) -> stop. (The HTTP-path benchmark's gateway
+// with a fake backend is bench/gateway/fake_gateway_main.cc.)
 //
 //   gateway --model DIR --router 127.0.0.1:50051 --port 0
 //   gateway --config gateway.yaml --set limits.max_in_flight=256
@@ -23,7 +24,6 @@
 #include "services/gateway/core/gateway.h"
 #include "services/gateway/grpc_backend.h"
 #include "services/gateway/http_server.h"
-#include "services/gateway/testing/fake_backend.h"
 
 namespace {
 
@@ -56,19 +56,10 @@ absl::Status Run(int argc, char** argv) {
 
   common::metrics::Registry registry;
   common::SystemClock& clock = common::SystemClock::Get();
-  std::unique_ptr<gateway::GenerateBackend> backend;
-  if (options->backend == "fake") {
-    gateway::testing::FakeBackendOptions fake;
-    fake.token_interval = absl::Microseconds(options->fake_token_interval_us);
-    fake.eos_id = (*tokenizer)->eos_id();
-    backend = std::make_unique<gateway::testing::FakeBackend>(std::move(fake));
-  } else {
-    auto grpc_backend = gateway::GrpcBackend::Create(options->routing, model->id);
-    if (!grpc_backend.ok()) return grpc_backend.status();
-    backend = std::move(grpc_backend).value();
-  }
+  auto backend = gateway::GrpcBackend::Create(options->routing, model->id);
+  if (!backend.ok()) return backend.status();
   auto gw = gateway::Gateway::Create(
-      *options, *model, gateway::GatewayDeps{tokenizer->get(), backend.get(), &clock, &registry});
+      *options, *model, gateway::GatewayDeps{tokenizer->get(), backend->get(), &clock, &registry});
   if (!gw.ok()) return gw.status();
   gateway::Gateway* core = gw->get();
   auto server = gateway::HttpServer::Start(
@@ -79,8 +70,9 @@ absl::Status Run(int argc, char** argv) {
       &core->metrics());
   if (!server.ok()) return server.status();
   common::rpc::PrintListeningLine({.http = (*server)->port()});
-  MOE_LOG_INFO("gateway: serving {} (context {}) on http://{}:{}, backend {}", model->id,
-               model->max_model_len, options->http.host, (*server)->port(), options->backend);
+  MOE_LOG_INFO("gateway: serving {} (context {}) on http://{}:{}, {} router(s)", model->id,
+               model->max_model_len, options->http.host, (*server)->port(),
+               options->routing.routers.size());
 
   const int signo = common::rpc::WaitForTerminationSignal();
   MOE_LOG_INFO("gateway: signal {}: draining {} request(s)", signo, core->in_flight());

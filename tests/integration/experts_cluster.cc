@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc/channel_factory.h"
+#include "common/process/listening.h"
 #include "grpcpp/client_context.h"
-#include "nlohmann/json.hpp"
 
 namespace moe::testing {
 namespace {
@@ -20,16 +20,20 @@ std::string Bin(const std::string& name) {
 }
 
 absl::StatusOr<Proc> Launch(std::vector<std::string> argv, const std::string& log_path) {
-  auto child = testonly::ChildProcess::Spawn(argv, log_path);
+  const std::string binary = argv[0];
+  auto child =
+      common::process::ChildProcess::Spawn({.argv = std::move(argv), .stderr_path = log_path});
   if (!child.ok()) return child.status();
   Proc p;
-  p.child = std::make_unique<testonly::ChildProcess>(std::move(*child));
-  auto line = p.child->ReadLine(absl::Seconds(30));
-  if (!line.ok()) {
-    return absl::Status(line.status().code(),
-                        absl::StrCat(argv[0], ": no listening line: ", p.child->Stderr()));
+  p.child = *std::move(child);
+  auto ports = common::process::WaitForListeningLine(*p.child, absl::Seconds(30));
+  if (!ports.ok() || !ports->grpc) {
+    return absl::Status(ports.ok() ? absl::StatusCode::kInternal : ports.status().code(),
+                        absl::StrCat(binary, ": no listening line: ", p.child->Stderr()));
   }
-  p.grpc_port = nlohmann::json::parse(*line)["grpc"];
+  p.grpc_port = *ports->grpc;
+  // Services print nothing else on stdout; drained all the same, so none can block on it.
+  p.child->DrainStdout();
   return p;
 }
 

@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/process/child_process.h"
 #include "moe/router/v1/router.grpc.pb.h"
-#include "tests/testonly/child_process.h"
 
 namespace moe::testing {
 
 struct Proc {
-  std::unique_ptr<testonly::ChildProcess> child;
+  std::unique_ptr<common::process::ChildProcess> child;
   int grpc_port = 0;
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
 };

@@ -246,17 +246,18 @@ TEST_F(ExpertsClusterTest, LiveRecalibrationFailsNoRequestAndRaisesMeasuredBalan
   }
   const WorkerTokens t1 = CumulativeWorkerTokens(router->address());
   std::atomic<int> messages{0};
-  std::unique_ptr<testonly::ChildProcess> admin;
+  std::unique_ptr<common::process::ChildProcess> admin;
   std::string admin_out;
   std::thread admin_thread;
   const auto got = GenerateAll(router->address(), prompts, 32, [&] {
     if (++messages != 32 * 3) return;
     admin_thread = std::thread([&] {
-      auto child =
-          testonly::ChildProcess::Spawn({BuildDir() + "/bin/moe", "admin", "calibrate-router",
-                                         "--routers", router->address(), "--window", "300s"},
-                                        *dir_ + "/admin.log");
-      ASSERT_OK(child.status());
+      auto spawned_child = common::process::ChildProcess::Spawn(
+          {.argv = {BuildDir() + "/bin/moe", "admin", "calibrate-router", "--routers",
+                    router->address(), "--window", "300s"},
+           .stderr_path = *dir_ + "/admin.log"});
+      ASSERT_OK(spawned_child.status());
+      common::process::ChildProcess* child = spawned_child->get();
       auto line = child->ReadLine(absl::Seconds(30));
       ASSERT_OK(line.status()) << child->Stderr();
       admin_out = *line;
@@ -309,11 +310,12 @@ TEST_F(ExpertsClusterTest, LiveRecalibrationFailsNoRequestAndRaisesMeasuredBalan
 
   // `moe admin stats` reports the same measured figure over the whole history, and with the
   // router named twice, an aggregate line that sums both.
-  auto cli = testonly::ChildProcess::Spawn(
-      {BuildDir() + "/bin/moe", "admin", "stats", "--routers",
-       router->address() + "," + router->address(), "--window", "600s"},
-      *dir_ + "/admin_stats.log");
-  ASSERT_OK(cli.status());
+  auto spawned_cli = common::process::ChildProcess::Spawn(
+      {.argv = {BuildDir() + "/bin/moe", "admin", "stats", "--routers",
+                router->address() + "," + router->address(), "--window", "600s"},
+       .stderr_path = *dir_ + "/admin_stats.log"});
+  ASSERT_OK(spawned_cli.status());
+  common::process::ChildProcess* cli = spawned_cli->get();
   std::vector<nlohmann::json> lines;
   for (int i = 0; i < 3; ++i) {
     auto line = cli->ReadLine(absl::Seconds(30));
@@ -343,12 +345,13 @@ TEST_F(ExpertsClusterTest, CoordinatorRecalibratesASkewedClusterOnItsOwn) {
   auto router = StartRouter(Model("skewed"), Addresses(workers), {}, 1, *dir_);
   ASSERT_OK(router.status());
   // The real CLI, checking every 100 ms: acts on the 2nd low check in a row, then holds off.
-  auto coordinator = testonly::ChildProcess::Spawn(
-      {BuildDir() + "/bin/moe", "admin", "coordinate", "--routers", router->address(), "--interval",
-       "100ms", "--window", "60s", "--sustain", "2", "--min-tokens", "500", "--threshold", "0.9",
-       "--cooldown", "600s"},
-      *dir_ + "/coordinate.log");
-  ASSERT_OK(coordinator.status());
+  auto spawned_coordinator = common::process::ChildProcess::Spawn(
+      {.argv = {BuildDir() + "/bin/moe", "admin", "coordinate", "--routers", router->address(),
+                "--interval", "100ms", "--window", "60s", "--sustain", "2", "--min-tokens", "500",
+                "--threshold", "0.9", "--cooldown", "600s"},
+       .stderr_path = *dir_ + "/coordinate.log"});
+  ASSERT_OK(spawned_coordinator.status());
+  common::process::ChildProcess* coordinator = spawned_coordinator->get();
 
   // Traffic in rounds until the coordinator has switched the placement, then one more round
   // entirely under the new one; every stream checked.

@@ -7,24 +7,26 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/base/check.h"
 #include "common/grpc/channel_factory.h"
+#include "common/process/child_process.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
-#include "tests/testonly/child_process.h"
 #include "tests/testonly/echo.grpc.pb.h"
 
 namespace moe::testonly {
 namespace {
 
+using ::moe::common::process::ChildProcess;
 using ::moe::common::testing::IsOkAndHolds;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -39,11 +41,12 @@ class EchoProcessTest : public ::testing::Test {
   void SetUp() override { dir_ = common::testing::MakeTempDir("echo_process_test"); }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  ChildProcess Start(std::vector<std::string> args) {
+  std::unique_ptr<ChildProcess> Start(std::vector<std::string> args) {
     args.insert(args.begin(), EchoBinary());
-    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(args, dir_ + "/stderr.txt");
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Spawn({.argv = std::move(args), .stderr_path = dir_ + "/stderr.txt"});
     MOE_CHECK_OK(child.status());
-    return std::move(*child);
+    return *std::move(child);
   }
 
   // Scrapes /metrics and returns the value of the unlabelled series `name`, or -1.
@@ -61,10 +64,10 @@ class EchoProcessTest : public ::testing::Test {
 };
 
 TEST_F(EchoProcessTest, ServesHealthEchoAndMetricsThenDrainsOnSigterm) {
-  ChildProcess child =
+  std::unique_ptr<ChildProcess> child =
       Start({"--set", "grpc.host=127.0.0.1", "--set", "metrics.host=127.0.0.1", "--grpc_port", "0",
              "--metrics_port=0", "--set", "prefix=echo: ", "--set", "grpc.drain_timeout=5s"});
-  ASSERT_OK_AND_ASSIGN(std::string line, child.ReadLine(absl::Seconds(20)));
+  ASSERT_OK_AND_ASSIGN(std::string line, child->ReadLine(absl::Seconds(20)));
   const nlohmann::json listening = nlohmann::json::parse(line);
   EXPECT_EQ(listening["event"], "listening");
   EXPECT_FALSE(listening.contains("http"));  // Only the ports the process has.
@@ -114,22 +117,22 @@ TEST_F(EchoProcessTest, ServesHealthEchoAndMetricsThenDrainsOnSigterm) {
   ASSERT_EQ(Scrape(metrics_port, "moe_testonly_echo_in_flight"), 1);
 
   const absl::Time sigterm_at = absl::Now();
-  child.Signal(SIGTERM);
-  EXPECT_THAT(child.Wait(absl::Seconds(5 + 3)), IsOkAndHolds(0)) << child.Stderr();
+  child->Signal(SIGTERM);
+  EXPECT_THAT(child->Wait(absl::Seconds(5 + 3)), IsOkAndHolds(0)) << child->Stderr();
   const absl::Duration exit_after = absl::Now() - sigterm_at;
   slow.join();
   EXPECT_TRUE(slow_status.ok()) << slow_status.error_message();
   EXPECT_EQ(slow_res.message(), "echo: slow");
   EXPECT_LT(exit_after, absl::Seconds(5));  // Within the drain deadline.
-  EXPECT_THAT(child.Stderr(), HasSubstr("draining"));
-  EXPECT_THAT(child.ReadLine(absl::Seconds(1)),
+  EXPECT_THAT(child->Stderr(), HasSubstr("draining"));
+  EXPECT_THAT(child->ReadLine(absl::Seconds(1)),
               common::testing::StatusIs(absl::StatusCode::kOutOfRange));  // One line only.
 }
 
 TEST_F(EchoProcessTest, FixedPortsPrintNoListeningLine) {
   const int grpc_port = common::testing::PickFreePort();
   const int metrics_port = common::testing::PickFreePort();
-  ChildProcess child =
+  std::unique_ptr<ChildProcess> child =
       Start({"--set", "grpc.host=127.0.0.1", "--set", "metrics.host=127.0.0.1", "--grpc_port",
              std::to_string(grpc_port), "--metrics_port", std::to_string(metrics_port)});
   ASSERT_OK_AND_ASSIGN(auto channel,
@@ -140,9 +143,9 @@ TEST_F(EchoProcessTest, FixedPortsPrintNoListeningLine) {
   // Close the connection first: an idle client in a process that is not polling acks the
   // server's GOAWAY only on gRPC's 5 s backup poll, which would stretch the drain to ~5 s.
   channel.reset();
-  child.Signal(SIGTERM);
-  EXPECT_THAT(child.Wait(absl::Seconds(15)), IsOkAndHolds(0)) << child.Stderr();
-  EXPECT_THAT(child.ReadLine(absl::Seconds(1)),
+  child->Signal(SIGTERM);
+  EXPECT_THAT(child->Wait(absl::Seconds(15)), IsOkAndHolds(0)) << child->Stderr();
+  EXPECT_THAT(child->ReadLine(absl::Seconds(1)),
               common::testing::StatusIs(absl::StatusCode::kOutOfRange));
 }
 
@@ -165,12 +168,12 @@ TEST_P(EchoBadConfigTest, ExitsNonZeroWithoutStartingAndNamesTheKey) {
     args.insert(args.end(), {"--config", path});
   }
   args.insert(args.end(), c.args.begin(), c.args.end());
-  ChildProcess child = Start(args);
-  EXPECT_THAT(child.Wait(absl::Seconds(15)), IsOkAndHolds(2));
+  std::unique_ptr<ChildProcess> child = Start(args);
+  EXPECT_THAT(child->Wait(absl::Seconds(15)), IsOkAndHolds(2));
   // Nothing started: no listening line.
-  EXPECT_THAT(child.ReadLine(absl::Seconds(1)),
+  EXPECT_THAT(child->ReadLine(absl::Seconds(1)),
               common::testing::StatusIs(absl::StatusCode::kOutOfRange));
-  for (const std::string& s : c.stderr_has) EXPECT_THAT(child.Stderr(), HasSubstr(s));
+  for (const std::string& s : c.stderr_has) EXPECT_THAT(child->Stderr(), HasSubstr(s));
 }
 
 INSTANTIATE_TEST_SUITE_P(

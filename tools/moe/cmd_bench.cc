@@ -1,8 +1,10 @@
 // `moe bench SUITE [--preset P | --model DIR] [--threads N] [--out FILE]` (DESIGN.md §6).
 // Also: --arch A and --dtype D (for presets; default mixtral, bf16), --cache-dir DIR (generated
-// presets are kept there between runs), --quick (fewer iterations). `moe bench all` runs every
-// suite this build has and writes one JSON line per suite.
+// presets are kept there between runs; default $MOE_BENCH_CACHE, else bench::kDefaultCacheDir),
+// --quick (fewer iterations). `moe bench all` runs every suite this build has and writes one
+// JSON line per suite.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,10 @@ int RunBench(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   o.arch = args->GetOr("arch", o.arch);
   o.dtype = args->GetOr("dtype", o.dtype);
   o.cache_dir = args->GetOr("cache-dir", "");
+  // The one place the cache's environment variable is read (suites take SuiteOptions only).
+  if (const char* env = std::getenv("MOE_BENCH_CACHE"); o.cache_dir.empty() && env != nullptr) {
+    o.cache_dir = env;
+  }
   o.quick = args->Has("quick");
   auto threads = args->GetInt("threads", 2);
   if (!threads.ok() || *threads < 1) {

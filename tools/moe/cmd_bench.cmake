@@ -2,3 +2,7 @@
 # moe_bench_suites interface target (whole-archive, so their registrations survive linking).
 add_library(moe_bench_suites INTERFACE)
 list(APPEND MOE_CLI_DEPS moe_bench_common moe_bench_suites)
+# `moe bench gateway` starts the benchmark's fake-backend gateway beside `moe` (and the router
+# and gateway, which `moe up` depends on already). The moe target is defined after this file is
+# included: defer.
+cmake_language(DEFER CALL add_dependencies moe moe_bench_fake_gateway)

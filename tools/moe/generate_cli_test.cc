@@ -10,6 +10,7 @@
 #include "common/model/checkpoint.h"
 #include "common/model/make_model.h"
 #include "common/model/reference/reference_forward.h"
+#include "common/process/child_process.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "common/tokenizer/tokenizer.h"
@@ -20,17 +21,18 @@
 namespace moe::cli {
 namespace {
 
-// Runs `cmd`, returns stdout; *rc gets the exit status.
-std::string Shell(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+// Runs `moe generate --model <model> <flags>`, returns its stdout; *rc gets the exit code (-1
+// when it could not run). Its stderr is the test's, or discarded when `quiet`.
+std::string Generate(const std::string& model, const std::vector<std::string>& flags, int* rc,
+                     bool quiet = false) {
+  const char* b = std::getenv("MOE_BUILD_DIR");
+  std::vector<std::string> argv = {std::string(b != nullptr ? b : ".") + "/bin/moe", "generate",
+                                   "--model", model};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto run = common::process::RunToExit(
+      {.argv = std::move(argv), .stderr_path = quiet ? "/dev/null" : ""}, absl::Minutes(5));
+  *rc = run.ok() ? run->exit_code : -1;
+  return run.ok() ? run->stdout_text : std::string(run.status().message());
 }
 
 class GenerateCliTest : public ::testing::Test {
@@ -46,20 +48,16 @@ class GenerateCliTest : public ::testing::Test {
     std::filesystem::remove_all(*dir_);
     delete dir_;
   }
-  static std::string Moe() {
-    const char* b = std::getenv("MOE_BUILD_DIR");
-    return std::string(b != nullptr ? b : ".") + "/bin/moe";
-  }
   static std::string* dir_;
 };
 std::string* GenerateCliTest::dir_ = nullptr;
 
 TEST_F(GenerateCliTest, JsonGreedyTokensAndLogitsMatchTheReference) {
   int rc = 0;
-  const std::string out = Shell(Moe() + " generate --model " + *dir_ +
-                                    " --prompt-ids 5,99,12,300,7 --max-tokens 6 --ignore-eos"
-                                    " --threads 2 --json --logits all",
-                                &rc);
+  const std::string out = Generate(*dir_,
+                                   {"--prompt-ids", "5,99,12,300,7", "--max-tokens", "6",
+                                    "--ignore-eos", "--threads", "2", "--json", "--logits", "all"},
+                                   &rc);
   ASSERT_EQ(rc, 0) << out;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["prompt_ids"], nlohmann::json({5, 99, 12, 300, 7}));
@@ -82,13 +80,14 @@ TEST_F(GenerateCliTest, JsonGreedyTokensAndLogitsMatchTheReference) {
 
 TEST_F(GenerateCliTest, LogitsOutIsTheRawF32OfThePrintedLogits) {
   int rc = 0;
-  const std::string base = Moe() + " generate --model " + *dir_ +
-                           " --prompt-ids 1,2,3 --max-tokens 0 --json --logits all";
-  const auto printed = nlohmann::json::parse(Shell(base, &rc));
+  std::vector<std::string> base = {"--prompt-ids", "1,2,3",    "--max-tokens", "0",
+                                   "--json",       "--logits", "all"};
+  const auto printed = nlohmann::json::parse(Generate(*dir_, base, &rc));
   ASSERT_EQ(rc, 0);
   EXPECT_TRUE(printed["output_ids"].empty());
   const std::string file = *dir_ + "/logits.f32";
-  const auto j = nlohmann::json::parse(Shell(base + " --logits-out " + file, &rc));
+  base.insert(base.end(), {"--logits-out", file});
+  const auto j = nlohmann::json::parse(Generate(*dir_, base, &rc));
   ASSERT_EQ(rc, 0);
   EXPECT_FALSE(j.contains("logits"));
   std::ifstream in(file, std::ios::binary);
@@ -110,11 +109,11 @@ TEST_F(GenerateCliTest, StreamsTheDecodedTextOfTheJsonOutput) {
     GTEST_SKIP() << "this make-model writes no tokenizer.json yet";
   }
   int rc = 0;
-  const std::string common =
-      Moe() + " generate --model " + *dir_ + " --prompt 'Hello there' --max-tokens 8 --ignore-eos";
-  const std::string text = Shell(common, &rc);
+  std::vector<std::string> flags = {"--prompt", "Hello there", "--max-tokens", "8", "--ignore-eos"};
+  const std::string text = Generate(*dir_, flags, &rc);
   ASSERT_EQ(rc, 0);
-  const auto j = nlohmann::json::parse(Shell(common + " --json", &rc));
+  flags.push_back("--json");
+  const auto j = nlohmann::json::parse(Generate(*dir_, flags, &rc));
   ASSERT_EQ(rc, 0);
   EXPECT_EQ(text, j["text"].get<std::string>() + "\n");
   ASSERT_OK_AND_ASSIGN(auto tok, tokenizer::Tokenizer::FromFile(*dir_));
@@ -123,27 +122,25 @@ TEST_F(GenerateCliTest, StreamsTheDecodedTextOfTheJsonOutput) {
 
 TEST_F(GenerateCliTest, UsageErrorsExitWithTwo) {
   int rc = 0;
-  Shell(Moe() + " generate --model " + *dir_ + " 2>/dev/null", &rc);
+  Generate(*dir_, {}, &rc, /*quiet=*/true);
   EXPECT_EQ(rc, 2);  // neither --prompt nor --prompt-ids
-  Shell(Moe() + " generate --model " + *dir_ + " --prompt-ids 1,x 2>/dev/null", &rc);
+  Generate(*dir_, {"--prompt-ids", "1,x"}, &rc, /*quiet=*/true);
   EXPECT_EQ(rc, 2);
-  Shell(Moe() + " generate --model " + *dir_ + " --prompt-ids 1 --logits some --json 2>/dev/null",
-        &rc);
+  Generate(*dir_, {"--prompt-ids", "1", "--logits", "some", "--json"}, &rc, /*quiet=*/true);
   EXPECT_EQ(rc, 2);
-  Shell(Moe() + " generate --model " + *dir_ + " --prompt-ids 100000 2>/dev/null", &rc);
+  Generate(*dir_, {"--prompt-ids", "100000"}, &rc, /*quiet=*/true);
   EXPECT_EQ(rc, 2);
-  Shell(Moe() + " generate --model /nonexistent --prompt-ids 1 2>/dev/null", &rc);
+  Generate("/nonexistent", {"--prompt-ids", "1"}, &rc, /*quiet=*/true);
   EXPECT_EQ(rc, 1);
-  Shell(Moe() + " generate --model " + *dir_ + " --prompt-ids 1 --activations f16 2>/dev/null",
-        &rc);
+  Generate(*dir_, {"--prompt-ids", "1", "--activations", "f16"}, &rc, /*quiet=*/true);
   EXPECT_EQ(rc, 2);
 }
 
 TEST_F(GenerateCliTest, AcceptsBf16Activations) {
   int rc = 0;
-  const std::string out = Shell(Moe() + " generate --model " + *dir_ +
-                                    " --prompt-ids 1,2,3 --max-tokens 2 --json --activations bf16",
-                                &rc);
+  const std::string out = Generate(
+      *dir_, {"--prompt-ids", "1,2,3", "--max-tokens", "2", "--json", "--activations", "bf16"},
+      &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("\"output_ids\""), std::string::npos) << out;
 }

@@ -65,12 +65,6 @@ void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
         "max_tokens when a request sets none; 0 = up to the context")
       .Min(0);
   s.Add("log_level", &GatewayOptions::log_level, "trace|debug|info|warn|error|off");
-  s.Add("backend", &GatewayOptions::backend, "grpc (routers) or fake (benchmarks)")
-      .Require([](const std::string& v) { return v == "grpc" || v == "fake"; },
-               "is not one of grpc|fake");
-  s.Add("fake_token_interval_us", &GatewayOptions::fake_token_interval_us,
-        "backend=fake: microseconds between tokens")
-      .Range(0, 10'000'000);
   s.Section("http", &GatewayOptions::http);
   s.Section("limits", &GatewayOptions::limits);
   s.Section("auth", &GatewayOptions::auth);
@@ -80,7 +74,7 @@ void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
 absl::Status GatewayOptions::Validate() const {
   if (absl::Status s = config::CheckFields(*this); !s.ok()) return s;
   if (model_dir.empty()) return absl::InvalidArgumentError("model_dir: must be set");
-  if (backend == "grpc" && routing.routers.empty()) {
+  if (routing.routers.empty()) {
     return absl::InvalidArgumentError("routing.routers: at least one router is needed");
   }
   return absl::OkStatus();

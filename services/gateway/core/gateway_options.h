@@ -68,9 +68,6 @@ struct GatewayOptions {
   std::string fallback_chat_template = "chatml";  // when the model ships none
   int32_t default_max_tokens = 0;  // when a request sets none; 0 = up to the context length
   std::string log_level = "info";
-  // "grpc" (routers) or "fake" (an echoing in-process backend, for benchmarks of the HTTP path).
-  std::string backend = "grpc";
-  int32_t fake_token_interval_us = 0;  // backend=fake: pause between tokens
   HttpOptions http;
   LimitOptions limits;
   AuthOptions auth;

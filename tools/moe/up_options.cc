@@ -1,0 +1,48 @@
+#include "tools/moe/up_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "tools/moe/up_topology.h"
+
+namespace moe::cli {
+
+namespace config = common::config;
+
+void ServiceOptions::Describe(config::Schema<ServiceOptions>& s) {
+  s.Add("replicas", &ServiceOptions::replicas, "processes to start").Range(0, 64);
+  s.Add("args", &ServiceOptions::args, "extra command-line flags");
+  s.Add("port", &ServiceOptions::port, "fixed port (gateway HTTP); 0 = any free one")
+      .Range(0, 65535);
+}
+
+void UpOptions::Describe(config::Schema<UpOptions>& s) {
+  s.Add("model_dir", &UpOptions::model_dir, "checkpoint; default <repo>/.models/<preset>");
+  s.Add("preset", &UpOptions::preset, "preset made when the model is missing");
+  s.Add("host", &UpOptions::host, "loopback address the services bind").NonEmpty();
+  s.Add("ready_timeout", &UpOptions::ready_timeout, "wait for readiness at most")
+      .Min(absl::Seconds(1));
+  s.Add("stop_timeout", &UpOptions::stop_timeout, "grace per service on stop")
+      .Min(absl::ZeroDuration());
+  for (const ServiceSpec& spec : Topology()) s.Section(spec.name, spec.options);
+}
+
+absl::Status UpOptions::Validate() const {
+  if (absl::Status st = config::CheckFields(*this); !st.ok()) return st;
+  for (const ServiceSpec& spec : Topology()) {
+    const int32_t replicas = (this->*spec.options).replicas;
+    if (spec.min_replicas == spec.max_replicas && replicas != spec.min_replicas) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, ".replicas: must be ", spec.min_replicas));
+    }
+    if (replicas < spec.min_replicas) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, ".replicas: at least ", spec.min_replicas));
+    }
+    if (replicas > spec.max_replicas) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, ".replicas: at most ", spec.max_replicas));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,47 @@
+// `moe up`'s options: the run's settings and one ServiceOptions section per service kind of the
+// topology (up_topology.h). Every key has a default; `moe up --help` lists them.
+//
+//   model_dir: /path/to/checkpoint
+//   gateway: {port: 8000, args: ["--set", "limits.max_in_flight=64"]}
+//   router: {replicas: 2, args: ["--set", "core.num_threads=2"]}
+//   expert_worker: {replicas: 2}   # default 0: experts run inside the routers
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/config/schema.h"
+
+namespace moe::cli {
+
+// One kind of service in the topology.
+struct ServiceOptions {
+  int32_t replicas = 1;           // processes to start (bounds per kind: its ServiceSpec)
+  std::vector<std::string> args;  // extra flags for every replica, after the launcher's own
+  int32_t port = 0;               // gateway: the HTTP port users call (others: 0 = any)
+
+  static void Describe(common::config::Schema<ServiceOptions>& s);
+  absl::Status Validate() const { return common::config::CheckFields(*this); }
+};
+
+struct UpOptions {
+  std::string model_dir;         // "" = <repo>/.models/<preset>
+  std::string preset = "small";  // made when model_dir has no config.json
+  std::string host = "127.0.0.1";
+  absl::Duration ready_timeout = absl::Seconds(180);  // from the first start to all ready
+  absl::Duration stop_timeout = absl::Seconds(30);    // per process: SIGTERM, then SIGKILL
+  // One field per ServiceSpec of Topology() (its `options`), with that kind's defaults.
+  ServiceOptions expert_worker{.replicas = 0, .args = {}, .port = 0};  // 0: experts in-process
+  ServiceOptions router;
+  ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};
+
+  // The sections come from Topology(), in start order.
+  static void Describe(common::config::Schema<UpOptions>& s);
+  // Each kind's replicas within its spec's bounds ("router.replicas: at least 1").
+  absl::Status Validate() const;
+};
+
+}  // namespace moe::cli

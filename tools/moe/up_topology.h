@@ -1,0 +1,57 @@
+// The local cluster `moe up` starts, in start order: one ServiceSpec per service kind, saying
+// which binary, how many (its UpOptions section), its command line (which may name the
+// processes started before it) and how to tell it is ready.
+//
+// A new service (kv-store, asr, tts, ...) is one entry in Topology() plus its ServiceOptions
+// field in UpOptions (up_options.h), which sets its defaults; the config section, --help,
+// replica checks, start, readiness and stop follow from the entry.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/process/listening.h"
+#include "tools/moe/up_options.h"
+
+namespace moe::cli {
+
+// What a service's command line may depend on: this run's settings and the processes started
+// before it.
+struct UpContext {
+  UpOptions options;
+  std::string model_dir;  // absolute
+  int num_experts = 0;    // routed experts per MoE layer (config.json)
+
+  struct Started {
+    std::string service;  // its ServiceSpec's name
+    common::process::ListeningPorts ports;
+  };
+  std::vector<Started> started;  // in start order
+
+  // "host:port" of each started process of `service` that has the port `which`
+  // (&ListeningPorts::grpc, ...), in start order.
+  std::vector<std::string> Addresses(
+      const std::string& service, std::optional<int> common::process::ListeningPorts::*which) const;
+};
+
+struct ServiceSpec {
+  std::string name;    // the UpOptions section; processes are "<name>-<index>"
+  std::string binary;  // beside `moe` in the build's bin/
+  ServiceOptions UpOptions::*options;
+  int32_t min_replicas = 0;
+  int32_t max_replicas = 64;
+  // The launcher's flags for replica `index`; ServiceOptions::args follow them.
+  std::function<std::vector<std::string>(const UpContext&, int index)> flags;
+  // Whether a process, listening on `ports`, is ready (errors count as "not yet").
+  std::function<absl::StatusOr<bool>(const UpContext&,
+                                     const common::process::ListeningPorts& ports)>
+      ready;
+};
+
+// In start order; stopped in reverse (the gateway drains first).
+const std::vector<ServiceSpec>& Topology();
+
+}  // namespace moe::cli

@@ -1,0 +1,79 @@
+// `moe up`'s topology table and options, without starting anything.
+#include "tools/moe/up_topology.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "common/config/loader.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::cli {
+namespace {
+
+using ::moe::common::testing::StatusIs;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const ServiceSpec& Spec(const std::string& name) {
+  for (const ServiceSpec& s : Topology()) {
+    if (s.name == name) return s;
+  }
+  ADD_FAILURE() << "no spec " << name;
+  return Topology().front();
+}
+
+TEST(UpTopologyTest, StartOrderIsBackEndsFirst) {
+  std::vector<std::string> names;
+  for (const ServiceSpec& s : Topology()) names.push_back(s.name);
+  EXPECT_THAT(names, ElementsAre("expert_worker", "router", "gateway"));
+}
+
+TEST(UpTopologyTest, EverySpecIsAConfigSection) {
+  const std::string keys = common::config::DescribeKeys<UpOptions>();
+  for (const ServiceSpec& s : Topology()) {
+    EXPECT_THAT(keys, HasSubstr(s.name + ".replicas")) << keys;
+    EXPECT_THAT(keys, HasSubstr(s.name + ".args"));
+  }
+}
+
+TEST(UpTopologyTest, ReplicaBoundsComeFromTheSpecs) {
+  UpOptions o;
+  EXPECT_OK(o.Validate());
+  o.router.replicas = 0;
+  EXPECT_THAT(o.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "router.replicas: at least 1"));
+  o = UpOptions{};
+  o.gateway.replicas = 2;
+  EXPECT_THAT(o.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "gateway.replicas: must be 1"));
+}
+
+TEST(UpTopologyTest, RoutersAreToldAboutStartedWorkersAndTheGatewayAboutRouters) {
+  UpContext c;
+  c.model_dir = "/m";
+  c.num_experts = 8;
+  EXPECT_THAT(Spec("expert_worker").flags(c, 0), Contains("core.experts=*:0-7"));
+  // Without workers, the router runs its experts itself.
+  const std::string embedded = absl::StrJoin(Spec("router").flags(c, 1), " ");
+  EXPECT_THAT(embedded, HasSubstr("router_id=router-1"));
+  EXPECT_THAT(embedded, Not(HasSubstr("experts.workers")));
+
+  c.started.push_back({"expert_worker", {.grpc = 5001, .metrics = 5002}});
+  c.started.push_back({"expert_worker", {.grpc = 5003, .metrics = 5004}});
+  EXPECT_THAT(Spec("router").flags(c, 0),
+              Contains("experts.workers=127.0.0.1:5001,127.0.0.1:5003"));
+  c.started.push_back({"router", {.grpc = 6001}});
+  c.started.push_back({"router", {.grpc = 6002}});
+  const std::vector<std::string> gateway = Spec("gateway").flags(c, 0);
+  EXPECT_THAT(gateway, Contains("routing.routers=127.0.0.1:6001,127.0.0.1:6002"));
+  EXPECT_THAT(gateway, Contains("http.port=8000"));
+  EXPECT_THAT(gateway, Contains("model_dir=/m"));
+}
+
+}  // namespace
+}  // namespace moe::cli
