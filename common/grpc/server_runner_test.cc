@@ -1,5 +1,6 @@
 #include "common/grpc/server_runner.h"
 
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -44,7 +45,12 @@ class FakeKvStore final : public KvStore::Service {
 
 ServerOptions Loopback() { return {.host = "127.0.0.1", .port = 0}; }
 
+// The certificates in common/grpc/testdata (ctest sets MOE_SOURCE_DIR; a build that rewrites
+// __FILE__ to a relative path, such as ccache with base_dir, must not lose them).
 std::string TestData(const std::string& name) {
+  if (const char* dir = std::getenv("MOE_SOURCE_DIR"); dir != nullptr) {
+    return std::string(dir) + "/common/grpc/testdata/" + name;
+  }
   const std::string here = __FILE__;
   return here.substr(0, here.rfind('/')) + "/testdata/" + name;
 }
