@@ -76,7 +76,8 @@ TEST(StrongIdTest, ComparesAndHashesByValue) {
   EXPECT_EQ(a, c);
   std::unordered_set<SeqId> set{a, b, c};
   EXPECT_EQ(set.size(), 2u);
-  static_assert(!std::is_convertible_v<ExpertId, LayerIdx>);
+  using OtherId = StrongId<struct OtherIdTag, uint64_t>;  // another kind, same representation
+  static_assert(!std::is_convertible_v<OtherId, SeqId>);
 }
 
 TEST(HashTest, SplitMix64IsTheReferenceSequence) {

@@ -1,4 +1,7 @@
-// Strong integer ids: a SeqId cannot be passed where an ExpertId is expected.
+// Strong integer ids: an id of one kind cannot be passed where another kind (or a plain integer)
+// is expected. SeqId names a request's sequence across the router's scheduler, its model runner
+// and the KV block manager. Index-like values (layer_idx, expert_id, worker_id, block ids) stay
+// plain int32_t: they index arrays and travel in plain data-plane structs and protos.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +29,6 @@ class StrongId {
 };
 
 using SeqId = StrongId<struct SeqIdTag, uint64_t>;
-using ExpertId = StrongId<struct ExpertIdTag, int32_t>;
-using LayerIdx = StrongId<struct LayerIdxTag, int32_t>;
-using BlockId = StrongId<struct BlockIdTag, int32_t>;
-using WorkerId = StrongId<struct WorkerIdTag, int32_t>;
 
 }  // namespace moe::common
 

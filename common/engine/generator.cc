@@ -9,6 +9,8 @@
 namespace moe::engine {
 namespace {
 
+using generation::FinishReason;
+
 struct Sequence {
   size_t index = 0;
   const GenerationRequest* request = nullptr;
@@ -21,10 +23,6 @@ struct Sequence {
 };
 
 }  // namespace
-
-const char* FinishReasonName(FinishReason r) {
-  return r == FinishReason::kStop ? "stop" : "length";
-}
 
 Generator::Generator(Engine* engine, GeneratorOptions options)
     : engine_(engine), options_(std::move(options)) {

@@ -15,23 +15,22 @@
 #include "absl/types/span.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
+#include "common/generation/finish_reason.h"
+#include "common/generation/sampling_params.h"
 
 namespace moe::engine {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;  // >= 1 token
-  SamplingParams sampling;
+  generation::SamplingParams sampling;
   // Logits to return for the prompt: after its last position, or after every position.
   LogitsMode prompt_logits = LogitsMode::kNone;
 };
 
-enum class FinishReason : uint8_t { kStop, kLength };
-const char* FinishReasonName(FinishReason r);  // "stop", "length"
-
 struct GenerationResult {
   std::vector<int32_t> output_ids;   // includes the stop token when one ended the request
   std::vector<SampledToken> tokens;  // per output token, with logprobs when asked
-  FinishReason finish_reason = FinishReason::kLength;
+  generation::FinishReason finish_reason = generation::FinishReason::kLength;  // kStop or kLength
   std::vector<float> prompt_logits;  // [rows, vocab] as asked by prompt_logits
 };
 

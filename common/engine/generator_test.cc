@@ -11,6 +11,7 @@ namespace moe::engine {
 namespace {
 
 using ::moe::common::testing::StatusIs;
+using ::moe::generation::FinishReason;
 using ::testing::HasSubstr;
 
 class GeneratorTest : public ::testing::Test {

@@ -1,4 +1,5 @@
-// Token sampling with vLLM semantics, one random stream per request.
+// Token sampling with vLLM semantics, one random stream per request. The parameters are the
+// shared generation::SamplingParams (common/generation/sampling_params.h).
 //
 // Processing order for each step (as vLLM v1 does it):
 //   1. logit_bias: logits[id] += bias.
@@ -18,37 +19,12 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/generation/sampling_params.h"
 
 namespace moe::engine {
-
-enum class LogprobsMode : uint8_t { kRaw, kProcessed };
-
-struct SamplingParams {
-  float temperature = 1.0f;                           // < 1e-5: greedy
-  int32_t top_k = 0;                                  // <= 0: off
-  float top_p = 1.0f;                                 // (0, 1]
-  float min_p = 0.0f;                                 // [0, 1]
-  std::optional<uint64_t> seed;                       // none: the generator draws one per request
-  float repetition_penalty = 1.0f;                    // > 0; 1 = off
-  float frequency_penalty = 0.0f;                     // [-2, 2]
-  float presence_penalty = 0.0f;                      // [-2, 2]
-  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
-  std::vector<int32_t> stop_token_ids;  // finish (reason stop) after emitting one of these
-  int32_t max_tokens = 16;              // >= 0
-  bool ignore_eos = false;              // do not stop at the model's EOS ids
-  int32_t logprobs = -1;                // -1: none; 0: the sampled token's; N: also the top N
-  LogprobsMode logprobs_mode = LogprobsMode::kRaw;
-
-  bool greedy() const { return temperature < 1e-5f; }
-  // InvalidArgument naming the field (ids are checked against vocab_size).
-  absl::Status Validate(int64_t vocab_size) const;
-};
 
 struct TokenLogprob {
   int32_t token_id = 0;
@@ -66,21 +42,21 @@ struct SampledToken {
 class SequenceSampler {
  public:
   // REQUIRES: params.Validate(vocab_size) is OK. `seed` is used when params.seed is unset.
-  SequenceSampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids,
+  SequenceSampler(const generation::SamplingParams& params, absl::Span<const int32_t> prompt_ids,
                   int64_t vocab_size, uint64_t seed);
 
   // Picks the next token from `logits` [vocab] (not modified) and records it as output.
   SampledToken Sample(absl::Span<const float> logits);
 
   int64_t num_sampled() const { return num_sampled_; }
-  const SamplingParams& params() const { return params_; }
+  const generation::SamplingParams& params() const { return params_; }
 
  private:
   void ApplyBiasAndPenalties(float* l) const;
   int32_t Draw(float* l, uint64_t counter);
   void FillLogprobs(const float* l, SampledToken* out);
 
-  SamplingParams params_;
+  generation::SamplingParams params_;
   int64_t vocab_;
   uint64_t seed_;
   int64_t num_sampled_ = 0;

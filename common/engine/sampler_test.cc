@@ -5,16 +5,14 @@
 #include <set>
 #include <vector>
 
-#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace moe::engine {
 namespace {
 
-using ::moe::common::testing::IsOk;
-using ::moe::common::testing::StatusIs;
-using ::testing::HasSubstr;
+using ::moe::generation::LogprobsMode;
+using ::moe::generation::SamplingParams;
 
 // Logits whose softmax is, for temperature 1, proportional to `weights`.
 std::vector<float> LogitsFromProbs(const std::vector<double>& weights) {
@@ -190,25 +188,6 @@ TEST(SamplerTest, RawLogprobsIgnoreTemperatureProcessedDoNot) {
   const double lb = b.token_id == 0 ? -std::log1p(std::exp(-2.0)) : -std::log1p(std::exp(2.0));
   EXPECT_NEAR(a.logprob, la, 1e-6);
   EXPECT_NEAR(b.logprob, lb, 1e-6);
-}
-
-TEST(SamplerTest, ValidateRejectsOutOfRangeParams) {
-  SamplingParams p;
-  EXPECT_THAT(p.Validate(10), IsOk());
-  p.top_p = 0;
-  EXPECT_THAT(p.Validate(10), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_p")));
-  p = {};
-  p.temperature = -1;
-  EXPECT_THAT(p.Validate(10), StatusIs(absl::StatusCode::kInvalidArgument));
-  p = {};
-  p.logit_bias = {{10, 1.0f}};
-  EXPECT_THAT(p.Validate(10), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("10")));
-  p = {};
-  p.stop_token_ids = {-1};
-  EXPECT_THAT(p.Validate(10), StatusIs(absl::StatusCode::kInvalidArgument));
-  p = {};
-  p.max_tokens = -1;
-  EXPECT_THAT(p.Validate(10), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

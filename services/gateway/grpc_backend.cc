@@ -17,6 +17,8 @@ namespace moe::gateway {
 namespace {
 
 namespace pb = ::moe::router::v1;
+using generation::FinishReason;
+using generation::Usage;
 
 struct RouterConn {
   std::string target;
@@ -36,21 +38,23 @@ pb::GenerateRequest ToProto(const GenerateRequest& r, const std::string& model) 
   pb::GenerateRequest p;
   p.set_request_id(r.request_id);
   p.mutable_prompt_token_ids()->Assign(r.prompt_token_ids.begin(), r.prompt_token_ids.end());
+  const generation::SamplingParams& sampling = r.sampling;
   auto* s = p.mutable_sampling();
-  s->set_temperature(r.sampling.temperature);
-  s->set_top_p(r.sampling.top_p);
-  s->set_top_k(r.sampling.top_k);
-  s->set_min_p(r.sampling.min_p);
-  if (r.sampling.seed) s->set_seed(*r.sampling.seed);
-  s->set_repetition_penalty(r.sampling.repetition_penalty);
-  s->set_frequency_penalty(r.sampling.frequency_penalty);
-  s->set_presence_penalty(r.sampling.presence_penalty);
-  for (const auto& [id, bias] : r.sampling.logit_bias) (*s->mutable_logit_bias())[id] = bias;
-  p.set_max_tokens(r.max_tokens);
-  p.mutable_stop_token_ids()->Assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
-  p.set_ignore_eos(r.ignore_eos);
-  p.set_logprobs(r.logprobs);
-  p.set_top_logprobs(r.top_logprobs);
+  s->set_temperature(sampling.temperature);
+  s->set_top_p(sampling.top_p);
+  s->set_top_k(sampling.top_k);
+  s->set_min_p(sampling.min_p);
+  if (sampling.seed) s->set_seed(*sampling.seed);
+  s->set_repetition_penalty(sampling.repetition_penalty);
+  s->set_frequency_penalty(sampling.frequency_penalty);
+  s->set_presence_penalty(sampling.presence_penalty);
+  for (const auto& [id, bias] : sampling.logit_bias) (*s->mutable_logit_bias())[id] = bias;
+  p.set_max_tokens(sampling.max_tokens);
+  p.mutable_stop_token_ids()->Assign(sampling.stop_token_ids.begin(),
+                                     sampling.stop_token_ids.end());
+  p.set_ignore_eos(sampling.ignore_eos);
+  p.set_logprobs(sampling.returns_logprobs());
+  p.set_top_logprobs(sampling.num_top_logprobs());
   p.set_cache_salt(r.cache_salt);
   p.set_priority(r.priority);
   (void)model;  // The router checks `model` only when set; ids may differ by launch path.

@@ -16,6 +16,8 @@ namespace moe::gateway {
 namespace {
 
 namespace pb = ::moe::router::v1;
+using ::moe::generation::FinishReason;
+using ::moe::generation::Usage;
 
 // Streams prompt_token_ids back (one per message, max_tokens of them), then LENGTH + usage.
 // With `hold` it sends one token and waits for cancellation.
@@ -144,10 +146,10 @@ GenerateRequest Request(int max_tokens) {
   GenerateRequest r;
   r.request_id = "r1";
   r.prompt_token_ids = {5, 6, 7};
-  r.max_tokens = max_tokens;
+  r.sampling.max_tokens = max_tokens;
   r.sampling.temperature = 0.5f;
   r.sampling.seed = 3;
-  r.logprobs = true;
+  r.sampling.logprobs = 0;  // the sampled token's logprob, no alternatives
   return r;
 }
 

@@ -11,6 +11,7 @@ namespace moe::router {
 namespace {
 
 namespace pb = ::moe::router::v1;
+using generation::FinishReason;
 
 pb::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
@@ -78,7 +79,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   GenerateRequest out;
   out.prompt_token_ids.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
   const auto& sp = request.sampling();
-  engine::SamplingParams& s = out.sampling;
+  generation::SamplingParams& s = out.sampling;
   s.temperature = sp.temperature();  // unset = 0 = greedy
   s.top_p = sp.top_p() == 0 ? 1.0f : sp.top_p();
   s.top_k = sp.top_k();
@@ -87,8 +88,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   s.repetition_penalty = sp.repetition_penalty() == 0 ? 1.0f : sp.repetition_penalty();
   s.frequency_penalty = sp.frequency_penalty();
   s.presence_penalty = sp.presence_penalty();
-  for (const auto& [token, bias] : sp.logit_bias()) s.logit_bias.emplace_back(token, bias);
-  std::sort(s.logit_bias.begin(), s.logit_bias.end());  // map order is unspecified
+  for (const auto& [token, bias] : sp.logit_bias()) s.logit_bias[token] = bias;
   s.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   s.ignore_eos = request.ignore_eos();
   s.logprobs = request.logprobs() ? request.top_logprobs() : -1;

@@ -27,15 +27,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status_macros.h"
+#include "common/chat_template/chat_template.h"
+#include "common/chat_template/render_chat.h"
 #include "common/engine/engine.h"
 #include "common/engine/generator.h"
+#include "common/generation/finish_reason.h"
+#include "common/generation/sampling_params.h"
 #include "common/model/checkpoint.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#ifdef MOE_HAVE_CHAT_TEMPLATE
-#include "services/gateway/core/chat_template.h"
-#endif
 #include "tools/moe/command.h"
 
 namespace moe::cli {
@@ -92,7 +93,7 @@ struct Flags {
   int64_t threads = 0;
   int64_t block_size = 16;
   kernels::Activations activations = kernels::Activations::kF32;
-  engine::SamplingParams sampling;
+  generation::SamplingParams sampling;
 };
 
 absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& argv) {
@@ -153,7 +154,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& argv) {
   }
   ASSIGN_OR_RETURN(f.threads, args.GetInt("threads", 0));
   ASSIGN_OR_RETURN(f.block_size, args.GetInt("block-size", 16));
-  engine::SamplingParams& s = f.sampling;
+  generation::SamplingParams& s = f.sampling;
   ASSIGN_OR_RETURN(int64_t max_tokens, args.GetInt("max-tokens", 16));
   if (max_tokens < 0 || max_tokens > INT32_MAX) {
     return absl::InvalidArgumentError("--max-tokens must be >= 0");
@@ -191,20 +192,14 @@ absl::StatusOr<std::vector<int32_t>> RenderChatPrompt(const tokenizer::Tokenizer
   if (tok.chat_template().empty()) {
     return absl::FailedPreconditionError("--chat: the model's tokenizer has no chat_template");
   }
-#ifdef MOE_HAVE_CHAT_TEMPLATE
-  ASSIGN_OR_RETURN(gateway::ChatTemplate tmpl, gateway::ChatTemplate::Parse(tok.chat_template()));
-  nlohmann::json context = {
-      {"messages", nlohmann::json::array({{{"role", "user"}, {"content", prompt}}})},
-      {"add_generation_prompt", true},
-      {"bos_token", tok.bos_token()},
-      {"eos_token", tok.eos_token()}};
-  ASSIGN_OR_RETURN(std::string text, tmpl.Render(context));
+  ASSIGN_OR_RETURN(chat_template::ChatTemplate tmpl,
+                   chat_template::ChatTemplate::Parse(tok.chat_template()));
+  ASSIGN_OR_RETURN(
+      std::string text,
+      chat_template::RenderChat(
+          tmpl, {.messages = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}})},
+          {tok.bos_token(), tok.eos_token()}));
   return tok.Encode(text, /*add_special_tokens=*/false);
-#else
-  return absl::UnimplementedError(
-      "--chat: this build has no chat-template interpreter (the gateway's moe_chat_template); "
-      "render the template yourself and pass --prompt-ids");
-#endif
 }
 
 std::string JsonString(const std::string& s) {
@@ -324,7 +319,7 @@ int RunGenerate(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   line += ",\"text\":";
   line += JsonString(tok ? tok->Decode(res.output_ids, /*skip_special_tokens=*/true) : "");
   line += ",\"finish_reason\":\"";
-  line += engine::FinishReasonName(res.finish_reason);
+  line += generation::FinishReasonName(res.finish_reason);
   line += "\"";
   if (!f.logits.empty() && f.logits_out.empty()) {
     line += ",\"logits\":";

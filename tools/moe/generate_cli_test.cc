@@ -120,6 +120,22 @@ TEST_F(GenerateCliTest, StreamsTheDecodedTextOfTheJsonOutput) {
   EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), tok->Encode("Hello there", true));
 }
 
+TEST_F(GenerateCliTest, ChatWrapsThePromptInTheModelsTemplate) {
+  if (!std::filesystem::exists(*dir_ + "/tokenizer.json")) {
+    GTEST_SKIP() << "this make-model writes no tokenizer.json yet";
+  }
+  int rc = 0;
+  const std::string out = Shell(
+      Moe() + " generate --model " + *dir_ + " --prompt hi --chat --max-tokens 1 --json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  // The preset's Mistral-style template: BOS, then one [INST] turn; the template writes BOS, so
+  // nothing else is added.
+  ASSERT_OK_AND_ASSIGN(auto tok, tokenizer::Tokenizer::FromFile(*dir_));
+  EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(),
+            tok->Encode(tok->bos_token() + "[INST] hi [/INST]", /*add_special_tokens=*/false));
+}
+
 TEST_F(GenerateCliTest, UsageErrorsExitWithTwo) {
   int rc = 0;
   Generate(*dir_, {}, &rc, /*quiet=*/true);

@@ -6,6 +6,9 @@
 
 namespace moe::gateway {
 
+using generation::FinishReason;
+using generation::Usage;
+
 CompletionSession::CompletionSession(SessionParams params, const tokenizer::Tokenizer& tokenizer,
                                      std::shared_ptr<ResponseWriter> writer,
                                      const common::Clock& clock, GatewayMetrics* metrics,

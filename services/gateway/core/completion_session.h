@@ -68,11 +68,11 @@ class CompletionSession final : public GenerateObserver,
   RenderedLogprob RenderLogprob(int32_t token_id, const TokenLogprobs& lp) const;
   // Writes the final chunks / the full response. Returns true when the backend must be cancelled
   // (stopped early by a stop string).
-  void FinishLocked(FinishReason reason, std::optional<Usage> usage)
+  void FinishLocked(generation::FinishReason reason, std::optional<generation::Usage> usage)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnsureStreamStartedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndLocked(FinishReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLocked(generation::FinishReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const SessionParams params_;

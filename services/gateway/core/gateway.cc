@@ -108,8 +108,9 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& o
     return absl::InvalidArgumentError("max_model_len: must be positive");
   }
   ASSIGN_OR_RETURN(std::vector<std::string> keys, LoadApiKeys(options.auth));
-  ASSIGN_OR_RETURN(std::unique_ptr<PromptBuilder> prompts,
-                   PromptBuilder::Create(*deps.tokenizer, options.fallback_chat_template));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<PromptBuilder> prompts,
+      PromptBuilder::Create(*deps.tokenizer, options.fallback_chat_template, *deps.clock));
   return std::unique_ptr<Gateway>(
       new Gateway(options, model, deps, std::move(keys), std::move(prompts)));
 }
@@ -239,7 +240,7 @@ std::optional<ApiError> Gateway::CheckPromptIds(const CompletionRequest& request
           param, absl::StrCat("Token id ", id, " is out of vocabulary (size ", vocab, ")."));
     }
   }
-  for (int32_t id : request.stop_token_ids) {
+  for (int32_t id : request.sampling.stop_token_ids) {
     if (id >= vocab) {
       return ApiError::InvalidParam("stop_token_ids",
                                     absl::StrCat("Token id ", id, " is out of vocabulary."));
@@ -343,8 +344,8 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   params.meta.model = model_.id;
   params.stream = request.stream;
   params.include_usage = request.include_usage;
-  params.logprobs = request.logprobs;
-  params.top_logprobs = request.top_logprobs;
+  params.logprobs = request.sampling.returns_logprobs();
+  params.top_logprobs = request.sampling.num_top_logprobs();
   params.skip_special_tokens = request.skip_special_tokens;
   params.stop = request.stop;
   params.include_stop_str_in_output = request.include_stop_str_in_output;
@@ -355,12 +356,8 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   GenerateRequest generate;
   generate.request_id = params.meta.id;
   generate.prompt_token_ids = std::move(*prompt);
-  generate.sampling = request.sampling;
-  generate.max_tokens = max_tokens;
-  generate.stop_token_ids = request.stop_token_ids;
-  generate.ignore_eos = request.ignore_eos;
-  generate.logprobs = request.logprobs;
-  generate.top_logprobs = request.top_logprobs;
+  generate.sampling = std::move(request.sampling);
+  generate.sampling.max_tokens = max_tokens;
   generate.cache_salt = request.cache_salt;
   generate.priority = request.priority;
 

@@ -34,11 +34,10 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r, const std::string& model)
       connections_open(r.AddGauge("moe_gateway_connections_open", "Open HTTP connections.")),
       model_(model) {}
 
-void GatewayMetrics::CountFinish(FinishReason reason) {
-  std::string name(reason == FinishReason::kStop     ? "stop"
-                   : reason == FinishReason::kLength ? "length"
-                   : reason == FinishReason::kAbort  ? "abort"
-                                                     : "error");
+void GatewayMetrics::CountFinish(generation::FinishReason reason) {
+  // kNone never ends a request; count it as an error rather than invent a label value.
+  const std::string name(
+      reason == generation::FinishReason::kNone ? "error" : generation::FinishReasonName(reason));
   requests_total.Add({{"model", model_}, {"finish_reason", name}}).Increment();
 }
 

@@ -3,8 +3,8 @@
 
 #include <string>
 
+#include "common/generation/finish_reason.h"
 #include "common/metrics/registry.h"
-#include "services/gateway/core/generate_backend.h"
 
 namespace moe::gateway {
 
@@ -12,7 +12,7 @@ struct GatewayMetrics {
   GatewayMetrics(common::metrics::Registry& r, const std::string& model);
 
   // Finished generations by finish_reason (stop, length, abort, error).
-  void CountFinish(FinishReason reason);
+  void CountFinish(generation::FinishReason reason);
 
   common::metrics::Histogram& ttft_seconds;
   common::metrics::Histogram& tpot_seconds;

@@ -142,7 +142,7 @@ TEST_F(GatewayTest, CompletionReturnsGeneratedTextAndUsage) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens);
   EXPECT_EQ(j["usage"]["completion_tokens"], 5);
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
-  EXPECT_EQ(backend_->last_request().max_tokens, 5);
+  EXPECT_EQ(backend_->last_request().sampling.max_tokens, 5);
   EXPECT_EQ(gateway_->in_flight(), 0);
 }
 
@@ -394,8 +394,8 @@ TEST_F(GatewayTest, ChatLogprobsListEveryToken) {
   ASSERT_EQ(content.size(), 3u);
   EXPECT_FLOAT_EQ(content[0]["logprob"].get<float>(), -0.5f);
   EXPECT_EQ(content[0]["top_logprobs"].size(), 2u);
-  EXPECT_TRUE(backend_->last_request().logprobs);
-  EXPECT_EQ(backend_->last_request().top_logprobs, 2);
+  EXPECT_TRUE(backend_->last_request().sampling.returns_logprobs());
+  EXPECT_EQ(backend_->last_request().sampling.num_top_logprobs(), 2);
 }
 
 TEST_F(GatewayTest, SamplingParametersReachTheBackend) {
@@ -408,8 +408,8 @@ TEST_F(GatewayTest, SamplingParametersReachTheBackend) {
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.7f);
   EXPECT_EQ(r.sampling.top_k, 5);
   EXPECT_EQ(r.sampling.seed, 9u);
-  EXPECT_THAT(r.stop_token_ids, ::testing::ElementsAre(7));
-  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_THAT(r.sampling.stop_token_ids, ::testing::ElementsAre(7));
+  EXPECT_TRUE(r.sampling.ignore_eos);
   EXPECT_EQ(r.cache_salt, "t1");
   EXPECT_FLOAT_EQ(r.sampling.logit_bias.at(4), 2.5f);
   EXPECT_THAT(r.request_id, ::testing::StartsWith("chatcmpl-"));

@@ -1,48 +1,34 @@
 // The gateway's view of token generation (DESIGN.md §2 "Tokens on the wire"): token ids and
 // sampling parameters in, token ids (with logprobs when asked), a finish reason and usage out.
 // The gRPC implementation (services/gateway/grpc_backend.h) calls routers' Generate; tests use
-// services/gateway/testing/fake_backend.h. Plain types mirror moe.router.v1 without proto.
+// services/gateway/testing/fake_backend.h. Plain types mirror moe.router.v1 without proto; the
+// sampling parameters, finish reason and usage are the shared common/generation vocabulary.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/generation/finish_reason.h"
+#include "common/generation/sampling_params.h"
+#include "common/generation/usage.h"
 
 namespace moe::gateway {
-
-// Defaults give greedy decoding (moe.common.v1.SamplingParams semantics).
-struct SamplingParams {
-  float temperature = 0;  // 0 = greedy
-  float top_p = 1;        // (0, 1]
-  int32_t top_k = 0;      // 0 = no limit
-  float min_p = 0;        // [0, 1]
-  std::optional<uint64_t> seed;
-  float repetition_penalty = 1;  // (0, 2]
-  float frequency_penalty = 0;   // [-2, 2]
-  float presence_penalty = 0;    // [-2, 2]
-  std::map<int32_t, float> logit_bias;
-};
 
 struct GenerateRequest {
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
-  SamplingParams sampling;
-  int32_t max_tokens = 0;  // 0 = until a stop token or the context length
-  std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
-  bool logprobs = false;
-  int32_t top_logprobs = 0;  // [0, 20]
+  // How tokens are chosen and when generation stops: temperature ... logit_bias, max_tokens,
+  // stop_token_ids, ignore_eos, logprobs (-1: none, else the number of top alternatives in
+  // [0, 20]). max_tokens >= 1: Generate has no prefill-only request (0 on the wire means "until
+  // the context ends"). logprobs_mode is not sent (routers return raw logprobs).
+  generation::SamplingParams sampling;
   std::string cache_salt;
   int32_t priority = 0;
 };
-
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 
 struct TopLogprob {
   int32_t token_id = 0;
@@ -53,19 +39,13 @@ struct TokenLogprobs {
   std::vector<TopLogprob> top;
 };
 
-struct Usage {
-  int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;
-  int32_t cached_prompt_tokens = 0;
-};
-
 // One message of the stream. With finish != kNone it is the last one and carries usage; with
 // kStop its last token is the stop token (not rendered).
 struct GenerateUpdate {
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per token when requested
-  FinishReason finish = FinishReason::kNone;
-  std::optional<Usage> usage;
+  generation::FinishReason finish = generation::FinishReason::kNone;
+  std::optional<generation::Usage> usage;
   std::string error_message;  // with kError
 };
 

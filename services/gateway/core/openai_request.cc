@@ -261,7 +261,7 @@ bool ParseStop(Fields& f, const RequestLimits& limits, CompletionRequest* out) {
   return true;
 }
 
-bool ParseLogitBias(Fields& f, const RequestLimits& limits, SamplingParams* out) {
+bool ParseLogitBias(Fields& f, const RequestLimits& limits, generation::SamplingParams* out) {
   const Json* v = f.Find("logit_bias");
   if (v == nullptr) return true;
   if (!v->is_object()) return f.Fail("logit_bias", "'logit_bias' must be an object");
@@ -320,21 +320,20 @@ bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const Requ
       if (!kw->is_object()) return f.Fail("chat_template_kwargs", "must be an object");
       out->chat_template_kwargs = *kw;
     }
-    f.Bool("logprobs", &out->logprobs);
+    bool logprobs = false;
+    f.Bool("logprobs", &logprobs);
     int64_t top = 0;
-    if (f.Int("top_logprobs", 0, 20, &top)) out->top_logprobs = static_cast<int32_t>(top);
-    if (!f.failed() && out->top_logprobs > 0 && !out->logprobs) {
+    f.Int("top_logprobs", 0, 20, &top);
+    if (!f.failed() && top > 0 && !logprobs) {
       return f.Fail("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     }
+    out->sampling.logprobs = logprobs ? static_cast<int32_t>(top) : -1;
   } else {
     const Json* prompt = f.Find("prompt");
     if (prompt == nullptr) return f.Fail("prompt", "'prompt' is required");
     if (!ParsePrompt(f, *prompt, out)) return false;
     int64_t lp = 0;
-    if (f.Int("logprobs", 0, 5, &lp)) {
-      out->logprobs = true;
-      out->top_logprobs = static_cast<int32_t>(lp);
-    }
+    if (f.Int("logprobs", 0, 5, &lp)) out->sampling.logprobs = static_cast<int32_t>(lp);
   }
   if (f.failed()) return false;
 
@@ -348,7 +347,7 @@ bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const Requ
       out->max_tokens = static_cast<int32_t>(max_tokens);
     }
   }
-  SamplingParams& s = out->sampling;
+  generation::SamplingParams& s = out->sampling;
   f.Number("temperature", 0, 2, false, &s.temperature);
   f.Number("top_p", 0, 1, true, &s.top_p);
   f.Number("min_p", 0, 1, false, &s.min_p);
@@ -365,13 +364,13 @@ bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const Requ
   if (!ParseLogitBias(f, limits, &s)) return false;
   if (!ParseStop(f, limits, out)) return false;
   if (const Json* ids = f.Find("stop_token_ids"); ids != nullptr) {
-    if (!ParseIdList(f, *ids, "stop_token_ids", &out->stop_token_ids)) return false;
-    if (static_cast<int>(out->stop_token_ids.size()) > limits.max_stop_token_ids) {
+    if (!ParseIdList(f, *ids, "stop_token_ids", &s.stop_token_ids)) return false;
+    if (static_cast<int>(s.stop_token_ids.size()) > limits.max_stop_token_ids) {
       return f.Fail("stop_token_ids",
                     absl::StrCat("at most ", limits.max_stop_token_ids, " stop_token_ids"));
     }
   }
-  f.Bool("ignore_eos", &out->ignore_eos);
+  f.Bool("ignore_eos", &s.ignore_eos);
   f.Bool("skip_special_tokens", &out->skip_special_tokens);
   f.Bool("include_stop_str_in_output", &out->include_stop_str_in_output);
   f.Bool("stream", &out->stream);

@@ -18,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/generation/sampling_params.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/api_error.h"
-#include "services/gateway/core/generate_backend.h"
 
 namespace moe::gateway {
 
@@ -42,17 +42,18 @@ struct CompletionRequest {
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
 
-  std::optional<int32_t> max_tokens;  // max_completion_tokens or max_tokens; >= 1 when set
-  SamplingParams sampling;            // OpenAI defaults: temperature 1, top_p 1
-  std::vector<std::string> stop;      // stop strings, non-empty each
-  std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
+  // max_completion_tokens or max_tokens as given, >= 1 when set. The gateway resolves it into
+  // sampling.max_tokens (unset: what the context leaves, capped by default_max_tokens).
+  std::optional<int32_t> max_tokens;
+  // OpenAI defaults (temperature 1, top_p 1, ...); stop_token_ids, ignore_eos and logprobs
+  // (-1 when `logprobs` is off, else top_logprobs / the completions' logprobs count) as parsed.
+  // sampling.max_tokens is not parsed here (see max_tokens).
+  generation::SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings, non-empty each
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  bool logprobs = false;
-  int32_t top_logprobs = 0;
   std::string user;
   std::string cache_salt;
   int32_t priority = 0;

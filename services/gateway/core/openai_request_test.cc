@@ -49,14 +49,14 @@ TEST(OpenAiRequestTest, ParsesEveryChatParameter) {
   EXPECT_FLOAT_EQ(r.sampling.logit_bias.at(5), -100.0f);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
-  EXPECT_TRUE(r.logprobs);
-  EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_TRUE(r.sampling.returns_logprobs());
+  EXPECT_EQ(r.sampling.num_top_logprobs(), 3);
   EXPECT_EQ(r.user, "u1");
   EXPECT_EQ(r.sampling.top_k, 40);
   EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
   EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
-  EXPECT_TRUE(r.ignore_eos);
-  EXPECT_THAT(r.stop_token_ids, ::testing::ElementsAre(9));
+  EXPECT_TRUE(r.sampling.ignore_eos);
+  EXPECT_THAT(r.sampling.stop_token_ids, ::testing::ElementsAre(9));
   EXPECT_FALSE(r.skip_special_tokens);
   EXPECT_EQ(r.cache_salt, "s");
 }
@@ -135,8 +135,8 @@ TEST(OpenAiRequestTest, ParsesCompletionPrompts) {
   Outcome text = Parse(Endpoint::kCompletions, R"({"model":"m","prompt":"once","logprobs":2})");
   ASSERT_TRUE(text.ok);
   EXPECT_EQ(text.request.prompt_text, "once");
-  EXPECT_TRUE(text.request.logprobs);
-  EXPECT_EQ(text.request.top_logprobs, 2);
+  EXPECT_TRUE(text.request.sampling.returns_logprobs());
+  EXPECT_EQ(text.request.sampling.num_top_logprobs(), 2);
   Outcome ids = Parse(Endpoint::kCompletions, R"({"model":"m","prompt":[1,2,3]})");
   ASSERT_TRUE(ids.ok);
   EXPECT_TRUE(ids.request.prompt_is_ids);

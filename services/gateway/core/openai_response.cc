@@ -7,6 +7,9 @@
 namespace moe::gateway {
 namespace {
 
+using generation::FinishReason;
+using generation::FinishReasonName;
+using generation::Usage;
 using Json = nlohmann::json;
 
 const char* ObjectName(const ResponseMeta& meta, bool chunk) {
@@ -68,22 +71,6 @@ Json Envelope(const ResponseMeta& meta, bool chunk) {
 }
 
 }  // namespace
-
-std::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kNone:
-      break;
-  }
-  return "";
-}
 
 Json UsageJson(const Usage& usage) {
   return Json{{"prompt_tokens", usage.prompt_tokens},

@@ -18,8 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/generation/finish_reason.h"
+#include "common/generation/usage.h"
 #include "nlohmann/json.hpp"
-#include "services/gateway/core/generate_backend.h"
 #include "services/gateway/core/openai_request.h"
 
 namespace moe::gateway {
@@ -39,22 +40,22 @@ struct RenderedLogprob {
   int32_t text_offset = 0;                         // completions: offset in the output text
 };
 
-// "stop", "length", "abort", "error".
-std::string_view FinishReasonName(FinishReason reason);
-nlohmann::json UsageJson(const Usage& usage);
+nlohmann::json UsageJson(const generation::Usage& usage);
 
-// The complete (non-stream) response body. `logprobs` null when not requested.
-std::string RenderResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                           const Usage& usage, const std::vector<RenderedLogprob>* logprobs);
+// The complete (non-stream) response body. `finish_reason` is generation::FinishReasonName's
+// string. `logprobs` null when not requested.
+std::string RenderResponse(const ResponseMeta& meta, const std::string& text,
+                           generation::FinishReason finish, const generation::Usage& usage,
+                           const std::vector<RenderedLogprob>* logprobs);
 
 // One stream chunk's JSON. `role`: chat's first chunk carries {"role":"assistant"}.
 // `finish` kNone: finish_reason null. `logprobs` null when not requested.
 // `usage_null`: include "usage": null (stream_options.include_usage).
 std::string RenderChunk(const ResponseMeta& meta, bool role, const std::string& text,
-                        FinishReason finish, const std::vector<RenderedLogprob>* logprobs,
-                        bool usage_null);
+                        generation::FinishReason finish,
+                        const std::vector<RenderedLogprob>* logprobs, bool usage_null);
 // The final usage chunk ("choices": []).
-std::string RenderUsageChunk(const ResponseMeta& meta, const Usage& usage);
+std::string RenderUsageChunk(const ResponseMeta& meta, const generation::Usage& usage);
 
 // "data: <json>\n\n".
 std::string SseEvent(std::string_view json);

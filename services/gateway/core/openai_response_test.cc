@@ -6,6 +6,8 @@
 namespace moe::gateway {
 namespace {
 
+using ::moe::generation::FinishReason;
+using ::moe::generation::Usage;
 using Json = nlohmann::json;
 
 ResponseMeta Meta(Endpoint e) { return ResponseMeta{e, "chatcmpl-1", 1700000000, "tiny"}; }

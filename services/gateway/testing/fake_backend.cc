@@ -5,6 +5,8 @@
 
 namespace moe::gateway::testing {
 
+using generation::FinishReason;
+
 class FakeBackend::Call final : public GenerateCall {
  public:
   Call(FakeBackend* backend, uint64_t id) : backend_(backend), id_(id) {}
@@ -38,13 +40,15 @@ std::unique_ptr<GenerateCall> FakeBackend::Generate(GenerateRequest request,
   if (options_.script) {
     s.tokens = options_.script(request);
   } else {
-    const size_t n = request.max_tokens > 0 ? request.max_tokens : 16;
+    const int32_t max_tokens = request.sampling.max_tokens;
+    const size_t n = max_tokens > 0 ? max_tokens : 16;
     for (size_t i = 0; i < n && !request.prompt_token_ids.empty(); ++i) {
       s.tokens.push_back(request.prompt_token_ids[i % request.prompt_token_ids.size()]);
     }
   }
-  if (request.max_tokens > 0 && s.tokens.size() > static_cast<size_t>(request.max_tokens)) {
-    s.tokens.resize(request.max_tokens);
+  if (const int32_t max_tokens = request.sampling.max_tokens;
+      max_tokens > 0 && s.tokens.size() > static_cast<size_t>(max_tokens)) {
+    s.tokens.resize(max_tokens);
   }
   s.request = std::move(request);
   s.observer = std::move(observer);
@@ -161,15 +165,18 @@ void FakeBackend::Loop() {
         if (!last) {
           const int32_t id = s.tokens[s.emitted++];
           u.token_ids.push_back(id);
-          if (s.request.logprobs && options_.with_logprobs) {
+          const generation::SamplingParams& sampling = s.request.sampling;
+          if (sampling.returns_logprobs() && options_.with_logprobs) {
             TokenLogprobs lp{-0.5f, {}};
-            for (int k = 0; k < s.request.top_logprobs; ++k) lp.top.push_back({id + k, -0.5f - k});
+            for (int k = 0; k < sampling.num_top_logprobs(); ++k) {
+              lp.top.push_back({id + k, -0.5f - k});
+            }
             u.logprobs.push_back(lp);
           }
-          const bool eos = !s.request.ignore_eos && id == options_.eos_id;
+          const bool eos = !sampling.ignore_eos && id == options_.eos_id;
           const bool stop_id =
-              std::find(s.request.stop_token_ids.begin(), s.request.stop_token_ids.end(), id) !=
-              s.request.stop_token_ids.end();
+              std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), id) !=
+              sampling.stop_token_ids.end();
           if (eos || stop_id) {
             u.finish = FinishReason::kStop;
             last = true;
@@ -188,8 +195,9 @@ void FakeBackend::Loop() {
           last = true;
         }
         if (last) {
-          u.usage = Usage{static_cast<int32_t>(s.request.prompt_token_ids.size()),
-                          static_cast<int32_t>(s.emitted), options_.cached_prompt_tokens};
+          u.usage =
+              generation::Usage{static_cast<int64_t>(s.request.prompt_token_ids.size()),
+                                static_cast<int64_t>(s.emitted), options_.cached_prompt_tokens};
           actions.push_back({std::move(s.observer), std::move(u), absl::OkStatus()});
           it = streams_.erase(it);
           continue;

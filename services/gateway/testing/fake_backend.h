@@ -2,8 +2,9 @@
 // a scripted token sequence, one token per update, from one delivery thread (so thousands of
 // streams cost no threads), optionally paced, held, or failed.
 //
-// Default script: the prompt's tokens repeated, up to max_tokens (16 when 0); a token equal to
-// options.eos_id (unless ignore_eos) or in stop_token_ids ends the stream with kStop.
+// Default script: the prompt's tokens repeated, up to sampling.max_tokens (16 when 0); a token
+// equal to options.eos_id (unless sampling.ignore_eos) or in sampling.stop_token_ids ends the
+// stream with kStop.
 //
 // Thread-safe.
 #pragma once

@@ -6,21 +6,8 @@
 
 namespace moe::router {
 
-std::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone:
-      return "";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "";
-}
+using generation::FinishReason;
+using generation::Usage;
 
 RequestStream::RequestStream(int64_t capacity) : capacity_(capacity) { MOE_CHECK(capacity >= 1); }
 

@@ -31,7 +31,7 @@ class RequestStream {
   // `logprob` (may be null) is kept when the request asked for logprobs.
   void PushToken(int32_t token_id, const engine::SampledToken* logprob = nullptr);
   // Ends the stream; later calls are ignored. Wakes every waiting consumer.
-  void Finish(FinishReason reason, absl::Status status, const Usage& usage);
+  void Finish(generation::FinishReason reason, absl::Status status, const generation::Usage& usage);
   // `fn` runs (without this stream's lock) whenever a read frees room in a stream that was full.
   void SetOnRoom(std::function<void()> fn);
 
@@ -48,9 +48,9 @@ class RequestStream {
   mutable absl::Mutex mu_;
   std::vector<int32_t> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<engine::SampledToken> pending_logprobs_ ABSL_GUARDED_BY(mu_);
-  FinishReason finish_reason_ ABSL_GUARDED_BY(mu_) = FinishReason::kNone;
+  generation::FinishReason finish_reason_ ABSL_GUARDED_BY(mu_) = generation::FinishReason::kNone;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  Usage usage_ ABSL_GUARDED_BY(mu_);
+  generation::Usage usage_ ABSL_GUARDED_BY(mu_);
   bool final_delivered_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_room_ ABSL_GUARDED_BY(mu_);
 };

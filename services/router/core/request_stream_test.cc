@@ -10,6 +10,8 @@ namespace moe::router {
 namespace {
 
 using ::moe::common::testing::StatusIs;
+using ::moe::generation::FinishReason;
+using ::moe::generation::Usage;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
@@ -70,13 +72,6 @@ TEST(RequestStreamTest, BlockedConsumerWakesOnFinish) {
   EXPECT_THAT(got->token_ids, IsEmpty());
   EXPECT_EQ(got->finish_reason, FinishReason::kAbort);
   EXPECT_THAT(got->status, StatusIs(absl::StatusCode::kCancelled));
-}
-
-TEST(RequestStreamTest, FinishReasonNamesAreTheMetricLabels) {
-  EXPECT_EQ(FinishReasonName(FinishReason::kStop), "stop");
-  EXPECT_EQ(FinishReasonName(FinishReason::kLength), "length");
-  EXPECT_EQ(FinishReasonName(FinishReason::kAbort), "abort");
-  EXPECT_EQ(FinishReasonName(FinishReason::kError), "error");
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ RouterMetrics::RouterMetrics(common::metrics::Registry& r, const std::string& mo
       vllm_kv_cache_usage_perc(r.AddGauge(
           "vllm:kv_cache_usage_perc", "KV cache usage in [0, 1] (Gateway API Inference Extension).",
           {{"model_name", model}})) {
+  using generation::FinishReason;
   for (FinishReason reason :
        {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort, FinishReason::kError}) {
     requests_total[static_cast<int>(reason)] = &r.AddCounter(

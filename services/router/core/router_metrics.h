@@ -5,8 +5,8 @@
 #include <array>
 #include <string>
 
+#include "common/generation/finish_reason.h"
 #include "common/metrics/registry.h"
-#include "services/router/core/request.h"
 
 namespace moe::router {
 
@@ -32,7 +32,7 @@ struct RouterMetrics {
   common::metrics::Gauge& vllm_num_requests_waiting;        // vllm:num_requests_waiting
   common::metrics::Gauge& vllm_kv_cache_usage_perc;         // vllm:kv_cache_usage_perc, [0, 1]
 
-  common::metrics::Counter& requests(FinishReason reason) {
+  common::metrics::Counter& requests(generation::FinishReason reason) {
     return *requests_total[static_cast<int>(reason)];
   }
 };

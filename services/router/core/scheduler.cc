@@ -10,6 +10,8 @@
 namespace moe::router {
 
 using common::SeqId;
+using generation::FinishReason;
+using generation::Usage;
 
 struct Scheduler::Sequence {
   SeqId id;
@@ -494,7 +496,7 @@ int64_t Scheduler::Step() {
 }
 
 void Scheduler::ProcessLogits(Sequence& seq, const float* logits, absl::Time now) {
-  const engine::SamplingParams& params = seq.request.sampling;
+  const generation::SamplingParams& params = seq.request.sampling;
   if (params.max_tokens == 0) {
     Finish(seq, FinishReason::kLength, absl::OkStatus());
     return;

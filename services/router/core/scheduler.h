@@ -134,7 +134,7 @@ class Scheduler {
   void AbortAll(const absl::Status& status);
   // Ends `seq` (running or waiting): frees its blocks, closes its stream, records metrics. The
   // caller (or the next RemoveFinished) drops it from running_/waiting_.
-  void Finish(Sequence& seq, FinishReason reason, absl::Status status);
+  void Finish(Sequence& seq, generation::FinishReason reason, absl::Status status);
   // Frees `seq`'s blocks and puts it back at the front of the waiting queue.
   // REQUIRES: seq is running_.back().
   void Preempt(Sequence& seq);

@@ -18,6 +18,7 @@ namespace moe::router {
 namespace {
 
 using ::moe::common::testing::IsOk;
+using ::moe::generation::FinishReason;
 using ::moe::router::testing::Collected;
 using ::moe::router::testing::FakeModelRunner;
 using ::moe::router::testing::FakeModelRunnerOptions;

@@ -20,6 +20,7 @@ namespace {
 using ::moe::common::testing::FakeClock;
 using ::moe::common::testing::IsOk;
 using ::moe::common::testing::StatusIs;
+using ::moe::generation::FinishReason;
 using ::moe::router::testing::Collected;
 using ::moe::router::testing::FakeModelRunner;
 using ::moe::router::testing::FakeModelRunnerOptions;

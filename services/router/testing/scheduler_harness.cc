@@ -14,7 +14,7 @@ bool Poll(RequestStream& stream, Collected* out) {
       return true;
     }
   }
-  return out->finish_reason != FinishReason::kNone;
+  return out->finish_reason != generation::FinishReason::kNone;
 }
 
 Collected ReadAll(RequestStream& stream) {

@@ -20,9 +20,9 @@ namespace moe::router::testing {
 // Everything one event stream said: all tokens, and the final event's reason/status/usage.
 struct Collected {
   std::vector<int32_t> token_ids;
-  FinishReason finish_reason = FinishReason::kNone;
+  generation::FinishReason finish_reason = generation::FinishReason::kNone;
   absl::Status status;
-  Usage usage;
+  generation::Usage usage;
 };
 
 // Reads what `stream` has now without waiting, appending to `out`. Returns true once the final

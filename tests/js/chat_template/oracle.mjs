@@ -1,4 +1,4 @@
-// Chat-template oracle for services/gateway/core/chat_template_oracle_test.cc.
+// Chat-template oracle for common/chat_template/chat_template_oracle_test.cc.
 //
 // Reads {"cases": [{"template": NAME, "context": {...}}], "sweep": {"contexts": [{...}, ...]}}
 // on stdin and prints {"templates": {NAME: SOURCE}, "results": [{"ok", "output" | "error"}],

@@ -1,4 +1,4 @@
-// Filters and tests of the chat-template interpreter (declared in chat_template_builtins.h).
+// Filters and tests of the chat-template interpreter (declared in builtins.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -9,9 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "common/base/status_macros.h"
-#include "services/gateway/core/chat_template_builtins.h"
+#include "common/chat_template/builtins.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 namespace {
 
 absl::Status Bad(std::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
@@ -526,4 +526,4 @@ absl::StatusOr<bool> ApplyTest(Interpreter& interp, std::string_view name, const
   return Bad(Cat("unknown test '", name, "'"));
 }
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

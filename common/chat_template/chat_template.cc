@@ -1,14 +1,14 @@
-#include "services/gateway/core/chat_template.h"
+#include "common/chat_template/chat_template.h"
 
 #include <utility>
 
 #include "common/base/status_macros.h"
-#include "services/gateway/core/chat_template_ast.h"
-#include "services/gateway/core/chat_template_eval.h"
-#include "services/gateway/core/chat_template_lexer.h"
-#include "services/gateway/core/chat_template_parser.h"
+#include "common/chat_template/ast.h"
+#include "common/chat_template/eval.h"
+#include "common/chat_template/lexer.h"
+#include "common/chat_template/parser.h"
 
-namespace moe::gateway {
+namespace moe::chat_template {
 
 struct ChatTemplate::Impl {
   std::string source;
@@ -143,4 +143,4 @@ std::vector<std::string_view> FallbackTemplateNames() {
   return names;
 }
 
-}  // namespace moe::gateway
+}  // namespace moe::chat_template

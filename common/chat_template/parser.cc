@@ -1,4 +1,4 @@
-#include "services/gateway/core/chat_template_parser.h"
+#include "common/chat_template/parser.h"
 
 #include <initializer_list>
 #include <string_view>
@@ -6,9 +6,9 @@
 
 #include "absl/status/status.h"
 #include "common/base/status_macros.h"
-#include "services/gateway/core/chat_template_builtins.h"
+#include "common/chat_template/builtins.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 namespace {
 
 // Bounds recursion so hostile templates ("((((((...") fail cleanly instead of overflowing.
@@ -751,4 +751,4 @@ absl::StatusOr<StmtList> Parse(const std::vector<Token>& tokens) {
   return Parser(tokens).Run();
 }
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "services/gateway/core/chat_template_ast.h"
-#include "services/gateway/core/chat_template_lexer.h"
+#include "common/chat_template/ast.h"
+#include "common/chat_template/lexer.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 
 // Returns the statement list, or kInvalidArgument naming line:column for any syntax error
 // (unknown tag, unclosed block, bad expression, nesting deeper than a fixed limit).
 absl::StatusOr<StmtList> Parse(const std::vector<Token>& tokens);
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

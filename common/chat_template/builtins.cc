@@ -1,4 +1,4 @@
-#include "services/gateway/core/chat_template_builtins.h"
+#include "common/chat_template/builtins.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 namespace {
 
 constexpr int64_t kMaxRangeItems = 1'000'000;
@@ -467,4 +467,4 @@ ValueDict MakeGlobals() {
   return g;
 }
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

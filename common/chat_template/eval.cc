@@ -1,4 +1,4 @@
-#include "services/gateway/core/chat_template_eval.h"
+#include "common/chat_template/eval.h"
 
 #include <cmath>
 #include <utility>
@@ -6,9 +6,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "common/base/status_macros.h"
-#include "services/gateway/core/chat_template_builtins.h"
+#include "common/chat_template/builtins.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 namespace {
 
 class MacroCallable final : public Callable {
@@ -694,4 +694,4 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
   return type_error();
 }
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

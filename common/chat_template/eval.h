@@ -15,10 +15,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
-#include "services/gateway/core/chat_template_ast.h"
-#include "services/gateway/core/chat_template_value.h"
+#include "common/chat_template/ast.h"
+#include "common/chat_template/value.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 
 struct EvalLimits {
   size_t max_output_bytes = 0;  // rendered text
@@ -86,4 +86,4 @@ class Interpreter {
   const Value* placeholder_ = nullptr;
 };
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

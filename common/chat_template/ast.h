@@ -1,5 +1,5 @@
-// Syntax tree of the chat-template interpreter (built by chat_template_parser.h, walked by
-// chat_template_eval.h). Plain structs; a tree is immutable after parsing and shared by renders.
+// Syntax tree of the chat-template interpreter (built by parser.h, walked by eval.h). Plain
+// structs; a tree is immutable after parsing and shared by renders.
 #pragma once
 
 #include <memory>
@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "services/gateway/core/chat_template_value.h"
+#include "common/chat_template/value.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 
 // Name of the kLiteral that stands for the rendered body in `{% filter %}` and block `set`.
 inline constexpr char kPlaceholderName[] = "<body>";
@@ -81,4 +81,4 @@ struct Stmt {
   std::vector<MacroParam> params;  // kMacro, kCallBlock (caller parameters)
 };
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

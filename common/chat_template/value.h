@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 
 class Value;
 class Interpreter;
@@ -163,4 +163,4 @@ std::string Cat(const Args&... args) {
 std::vector<std::string_view> SplitCodePoints(std::string_view s);
 size_t CodePointCount(std::string_view s);
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

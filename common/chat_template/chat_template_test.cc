@@ -1,4 +1,4 @@
-#include "services/gateway/core/chat_template.h"
+#include "common/chat_template/chat_template.h"
 
 #include <atomic>
 #include <string>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace moe::gateway {
+namespace moe::chat_template {
 namespace {
 
 using common::testing::StatusIs;
@@ -293,4 +293,4 @@ TEST(ChatTemplateTest, RenderIsThreadSafeOnASharedTemplate) {
 }
 
 }  // namespace
-}  // namespace moe::gateway
+}  // namespace moe::chat_template

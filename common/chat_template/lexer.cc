@@ -1,14 +1,14 @@
-#include "services/gateway/core/chat_template_lexer.h"
+#include "common/chat_template/lexer.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "common/chat_template/value.h"
 #include "common/tokenizer/unicode.h"
-#include "services/gateway/core/chat_template_value.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 namespace {
 
 bool IsSpace(char c) {
@@ -427,4 +427,4 @@ class Lexer {
 
 absl::StatusOr<std::vector<Token>> Tokenize(std::string_view source) { return Lexer(source).Run(); }
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

@@ -5,10 +5,10 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "services/gateway/core/chat_template_eval.h"
-#include "services/gateway/core/chat_template_value.h"
+#include "common/chat_template/eval.h"
+#include "common/chat_template/value.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 
 // `operand | name(args, kwargs)`. kInvalidArgument for an unknown filter or bad arguments.
 absl::StatusOr<Value> ApplyFilter(Interpreter& interp, std::string_view name, Value operand,
@@ -32,4 +32,4 @@ ValueDict MakeGlobals();
 // Python str.strip/lstrip/rstrip: `chars` null strips Unicode whitespace.
 std::string PyStrip(std::string_view s, const std::string* chars, bool left, bool right);
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

@@ -1,4 +1,4 @@
-#include "services/gateway/core/chat_template_value.h"
+#include "common/chat_template/value.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 
 const Value* ValueDict::Find(std::string_view key) const {
   for (const auto& [k, v] : items) {
@@ -497,4 +497,4 @@ absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options) {
   return out;
 }
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

@@ -15,22 +15,22 @@
 #include <vector>
 
 #include "common/base/file.h"
+#include "common/chat_template/chat_template.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "services/gateway/core/chat_template.h"
 
-namespace moe::gateway {
+namespace moe::chat_template {
 namespace {
 
 using json = nlohmann::ordered_json;  // keeps key order, as request bodies should be parsed
 
 std::filesystem::path SourceDir() {
   if (const char* d = std::getenv("MOE_SOURCE_DIR")) return d;
-  // services/gateway/core/<this file> -> repo root.
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  // common/chat_template/<this file> -> repo root.
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
 }
 
 json Msg(const std::string& role, json content) { return {{"role", role}, {"content", content}}; }
@@ -369,4 +369,4 @@ TEST_F(ChatTemplateOracleTest, RenderCost) {
 }
 
 }  // namespace
-}  // namespace moe::gateway
+}  // namespace moe::chat_template

@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace moe::gateway::jinja {
+namespace moe::chat_template::jinja {
 
 enum class TokenKind {
   kText,        // literal template text
@@ -44,4 +44,4 @@ struct Token {
 // unterminated tag, comment or string, or an unexpected character.
 absl::StatusOr<std::vector<Token>> Tokenize(std::string_view source);
 
-}  // namespace moe::gateway::jinja
+}  // namespace moe::chat_template::jinja

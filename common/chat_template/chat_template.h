@@ -1,6 +1,15 @@
 // Chat templates: renders a model's `tokenizer_config.json` `chat_template` (a Jinja template)
 // into the prompt text, as Hugging Face transformers' `apply_chat_template` does.
 //
+// The library (moe_chat_template, namespace moe::chat_template): this header (ChatTemplate,
+// ChatTemplateFromTokenizerConfig, the built-in FallbackTemplate()s) and render_chat.h
+// (RenderChat: the chat context of apply_chat_template, what callers use); the interpreter
+// behind them in namespace jinja (value, lexer, parser, ast, eval, builtins, filters).
+// It is checked against Hugging Face's own renderer (@huggingface/jinja) on the real templates
+// of the models below (chat_template_oracle_test.cc). Not supported: template inheritance and
+// loading (extends, block, include, import), `with`, autoescaping, and Jinja features no chat
+// template uses; `{% generation %}` markers are accepted and ignored.
+//
 // The interpreter implements the Jinja subset that real chat templates use (Mixtral/Mistral,
 // Qwen2, Qwen3 with its thinking switch, Llama 3/3.1/3.2, OLMo/OLMoE, ChatML, ...):
 //   {{ }}, {% %}, {# #}, `-`/`+` whitespace control with trim_blocks and lstrip_blocks on (as
@@ -31,7 +40,7 @@
 #include "common/base/clock.h"
 #include "nlohmann/json.hpp"
 
-namespace moe::gateway {
+namespace moe::chat_template {
 namespace jinja {
 class Value;
 }  // namespace jinja
@@ -91,4 +100,4 @@ absl::StatusOr<std::string> ChatTemplateFromTokenizerConfig(const nlohmann::json
 absl::StatusOr<std::string_view> FallbackTemplate(std::string_view name);
 std::vector<std::string_view> FallbackTemplateNames();
 
-}  // namespace moe::gateway
+}  // namespace moe::chat_template
