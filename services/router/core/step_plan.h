@@ -2,8 +2,8 @@
 // to run in one place (copy-on-write copies, one engine step, sampling, streaming, finishing).
 //
 // Plain data. Sequences are borrowed: they are the scheduler's, and stay valid until the plan is
-// run. The scheduler keeps one plan and Reset()s it every step, so planning allocates nothing
-// once the vectors have grown to the largest step seen.
+// run. The scheduler keeps one plan and Reset()s it every step: its lists keep their capacity,
+// so they allocate only while growing to the largest step seen.
 #pragma once
 
 #include <cstdint>
