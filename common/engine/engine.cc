@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/engine/ffn.h"
 #include "common/engine/local_expert_executor.h"
 
 namespace moe::engine {
@@ -38,6 +42,89 @@ void EnsureSize(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
+// Everything a step needs besides its inputs. Constant after Create(): the borrowed model, the
+// options, the pool, the KV storage and the executor; the rest is scratch, sized for
+// max_batch_tokens at Create() and reused by every step (engine.h: one calling thread).
+class Engine::Impl {
+ public:
+  Impl(const model::ModelConfig& config, const model::ModelWeights& weights,
+       const EngineOptions& options)
+      : config_(config), weights_(weights), options_(options) {}
+
+  // Allocates the KV cache, the pool, the executor (when not given) and the scratch.
+  absl::Status Init(ExpertExecutor* experts);
+  absl::Status CheckWeights() const;
+  absl::Status Step(absl::Span<const StepItem> items, StepOutput* out);
+
+  const model::ModelConfig& config() const { return config_; }
+  const EngineOptions& options() const { return options_; }
+  KvCache& kv_cache() { return *kv_; }
+  kernels::ThreadPool* pool() { return pool_.get(); }
+
+ private:
+  // A micro-batch: rows [row0, row0 + t) of the step. Every per-token buffer below is indexed by
+  // the step's row (packed expert buffers by row * k), so micro-batches share them without
+  // overlapping; only the expert call in flight is per micro-batch.
+  struct MicroBatch {
+    int64_t row0 = 0;
+    int64_t t = 0;
+    std::vector<int64_t> counts;  // [num_experts] this micro-batch's rows per expert
+    std::vector<int64_t> fill;    // [num_experts] counting-sort cursors
+    ExpertCall call;
+    ExpertCallHandle handle = 0;
+    bool pending = false;  // `handle` submitted, not yet awaited
+  };
+
+  absl::Status ValidateItems(absl::Span<const StepItem> items, int64_t* num_tokens) const;
+  // Splits the step's items into micro-batches (one, or two balanced by tokens).
+  void PlanMicroBatches(absl::Span<const StepItem> items, int64_t t);
+  // Layer `l` up to its FFN: input norm, attention, residual, post-attention norm; then the FFN:
+  // a dense MLP runs now; an MoE layer's gate runs, its routed experts are submitted and its
+  // shared expert runs while they are away. FinishFfn awaits them and adds the FFN output to
+  // the residual stream.
+  absl::Status StartLayer(MicroBatch& mb, int64_t l, StepOutput* out);
+  absl::Status FinishFfn(MicroBatch& mb, int64_t l);
+  void Attention(const MicroBatch& mb, int64_t layer_idx);
+  absl::Status SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput* out);
+  absl::Status CombineExperts(MicroBatch& mb, int64_t layer_idx);
+  // Awaits every call still in flight (after an error: their buffers must outlive them).
+  void DrainPending();
+  void ComputeLogits(absl::Span<const StepItem> items, int64_t t, StepOutput* out);
+
+  // Constant after Init().
+  const model::ModelConfig& config_;
+  const model::ModelWeights& weights_;
+  const EngineOptions options_;
+  std::unique_ptr<kernels::ThreadPool> pool_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<ExpertExecutor> owned_experts_;
+  ExpertExecutor* experts_ = nullptr;
+  float attn_scale_ = 1.0f;
+
+  // Scratch, sized for max_batch_tokens at Init() and reused by every step.
+  std::vector<int32_t> positions_;               // [T]
+  std::vector<kernels::AttentionToken> tokens_;  // [T]
+  std::vector<float> x_;                         // [T, hidden] residual stream
+  std::vector<float> h_;                         // [T, hidden] normed input of a sub-block
+  std::vector<float> q_, k_, v_;                 // [T, heads*head_dim], [T, kv_heads*head_dim] x2
+  std::vector<float> attn_;                      // [T, heads*head_dim]
+  std::vector<float> proj_;                      // [T, hidden] output of o_proj / FFN
+  std::vector<float> gate_logits_;               // [T, num_experts]
+  std::vector<int32_t> topk_ids_;                // [T, k]
+  std::vector<float> topk_weights_;              // [T, k]
+  std::vector<int32_t> slot_of_;      // [T, k] row of (token, j) in the packed expert buffers
+  std::vector<float> packed_in_;      // [T*k, hidden] a micro-batch's rows grouped by expert
+  std::vector<float> packed_out_;     // [T*k, hidden]
+  std::vector<float> shared_gate_;    // [T]
+  std::vector<uint8_t> row_failed_;   // [T] a token routed to an unavailable expert this step
+  std::vector<int32_t> unavailable_;  // expert ids the executor could not run (one layer)
+  std::string failure_;               // what the first unavailable expert was, for item_status
+  std::vector<float> logit_rows_;     // [rows, hidden] normed final hidden states of wanted rows
+  FfnScratch ffn_scratch_;            // dense MLP / shared expert (one micro-batch at a time)
+  MicroBatch micro_[2];
+  int num_micro_ = 1;
+};
+
 absl::Status EngineOptions::Validate() const {
   if (num_threads < 1 || num_threads > 1024) {
     return absl::InvalidArgumentError(
@@ -66,9 +153,7 @@ absl::Status EngineOptions::Validate() const {
   return absl::OkStatus();
 }
 
-Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weights,
-               const EngineOptions& options)
-    : config_(config), weights_(weights), options_(options) {}
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() = default;
 
@@ -77,9 +162,25 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelConfig&
                                                        const EngineOptions& options,
                                                        ExpertExecutor* experts) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  std::unique_ptr<Engine> e(new Engine(config, weights, options));
-  if (absl::Status s = e->CheckWeights(); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>(config, weights, options);
+  if (absl::Status s = impl->CheckWeights(); !s.ok()) return s;
+  if (absl::Status s = impl->Init(experts); !s.ok()) return s;
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
 
+absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
+  return impl_->Step(items, out);
+}
+
+const model::ModelConfig& Engine::config() const { return impl_->config(); }
+const EngineOptions& Engine::options() const { return impl_->options(); }
+int64_t Engine::vocab_size() const { return impl_->config().vocab_size; }
+KvCache& Engine::kv_cache() { return impl_->kv_cache(); }
+kernels::ThreadPool* Engine::pool() { return impl_->pool(); }
+
+absl::Status Engine::Impl::Init(ExpertExecutor* experts) {
+  const model::ModelConfig& config = config_;
+  const EngineOptions& options = options_;
   KvCacheOptions kv_opts;
   kv_opts.num_layers = config.num_hidden_layers;
   kv_opts.num_kv_heads = config.num_key_value_heads;
@@ -89,50 +190,50 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelConfig&
   kv_opts.num_blocks = options.kv_num_blocks;
   auto kv = KvCache::Create(kv_opts);
   if (!kv.ok()) return kv.status();
-  e->kv_ = std::move(*kv);
+  kv_ = std::move(*kv);
 
-  e->pool_ = std::make_unique<kernels::ThreadPool>(options.num_threads);
+  pool_ = std::make_unique<kernels::ThreadPool>(options.num_threads);
   if (experts == nullptr) {
-    e->owned_experts_ =
-        std::make_unique<LocalExpertExecutor>(&weights, e->pool_.get(), options.activations);
-    e->experts_ = e->owned_experts_.get();
+    owned_experts_ =
+        std::make_unique<LocalExpertExecutor>(&weights_, pool_.get(), options.activations);
+    experts_ = owned_experts_.get();
   } else {
-    e->experts_ = experts;
+    experts_ = experts;
   }
-  e->attn_scale_ = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  attn_scale_ = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
 
   const int64_t t = options.max_batch_tokens;
   const int64_t hidden = config.hidden_size;
   const int64_t qd = config.num_attention_heads * config.head_dim;
   const int64_t kvd = config.num_key_value_heads * config.head_dim;
   const int64_t k = std::max<int64_t>(config.num_experts_per_tok, 1);
-  e->positions_.resize(t);
-  e->tokens_.resize(t);
-  e->x_.resize(t * hidden);
-  e->h_.resize(t * hidden);
-  e->q_.resize(t * qd);
-  e->k_.resize(t * kvd);
-  e->v_.resize(t * kvd);
-  e->attn_.resize(t * qd);
-  e->proj_.resize(t * hidden);
+  positions_.resize(t);
+  tokens_.resize(t);
+  x_.resize(t * hidden);
+  h_.resize(t * hidden);
+  q_.resize(t * qd);
+  k_.resize(t * kvd);
+  v_.resize(t * kvd);
+  attn_.resize(t * qd);
+  proj_.resize(t * hidden);
   if (config.num_experts > 0) {
-    e->gate_logits_.resize(t * config.num_experts);
-    e->topk_ids_.resize(t * k);
-    e->topk_weights_.resize(t * k);
-    e->slot_of_.resize(t * k);
-    e->packed_in_.resize(t * k * hidden);
-    e->packed_out_.resize(t * k * hidden);
-    for (MicroBatch& mb : e->micro_) {
+    gate_logits_.resize(t * config.num_experts);
+    topk_ids_.resize(t * k);
+    topk_weights_.resize(t * k);
+    slot_of_.resize(t * k);
+    packed_in_.resize(t * k * hidden);
+    packed_out_.resize(t * k * hidden);
+    for (MicroBatch& mb : micro_) {
       mb.counts.resize(config.num_experts);
       mb.fill.resize(config.num_experts);
       mb.call.batches.reserve(config.num_experts);
     }
   }
-  e->shared_gate_.resize(t);
-  return e;
+  shared_gate_.resize(t);
+  return absl::OkStatus();
 }
 
-absl::Status Engine::CheckWeights() const {
+absl::Status Engine::Impl::CheckWeights() const {
   const model::ModelConfig& c = config_;
   if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_hidden_layers <= 0 ||
       c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
@@ -210,7 +311,8 @@ absl::Status Engine::CheckWeights() const {
   return absl::OkStatus();
 }
 
-absl::Status Engine::ValidateItems(absl::Span<const StepItem> items, int64_t* num_tokens) const {
+absl::Status Engine::Impl::ValidateItems(absl::Span<const StepItem> items,
+                                         int64_t* num_tokens) const {
   int64_t total = 0;
   const int64_t bs = kv_->block_size();
   const int64_t num_blocks = kv_->num_blocks();
@@ -254,7 +356,7 @@ absl::Status Engine::ValidateItems(absl::Span<const StepItem> items, int64_t* nu
   return absl::OkStatus();
 }
 
-absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
+absl::Status Engine::Impl::Step(absl::Span<const StepItem> items, StepOutput* out) {
   int64_t t = 0;
   if (absl::Status s = ValidateItems(items, &t); !s.ok()) return s;
   const int64_t hidden = config_.hidden_size;
@@ -315,7 +417,7 @@ absl::Status Engine::Step(absl::Span<const StepItem> items, StepOutput* out) {
   return absl::OkStatus();
 }
 
-void Engine::PlanMicroBatches(absl::Span<const StepItem> items, int64_t t) {
+void Engine::Impl::PlanMicroBatches(absl::Span<const StepItem> items, int64_t t) {
   num_micro_ = 1;
   micro_[0].row0 = 0;
   micro_[0].t = t;
@@ -335,7 +437,7 @@ void Engine::PlanMicroBatches(absl::Span<const StepItem> items, int64_t t) {
   micro_[1].t = t - best;
 }
 
-void Engine::DrainPending() {
+void Engine::Impl::DrainPending() {
   std::vector<int32_t> ignored;
   for (MicroBatch& mb : micro_) {
     if (mb.pending) {
@@ -345,7 +447,7 @@ void Engine::DrainPending() {
   }
 }
 
-absl::Status Engine::StartLayer(MicroBatch& mb, int64_t l, StepOutput* out) {
+absl::Status Engine::Impl::StartLayer(MicroBatch& mb, int64_t l, StepOutput* out) {
   const model::LayerWeights& w = weights_.layers[l];
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -361,7 +463,7 @@ absl::Status Engine::StartLayer(MicroBatch& mb, int64_t l, StepOutput* out) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::FinishFfn(MicroBatch& mb, int64_t l) {
+absl::Status Engine::Impl::FinishFfn(MicroBatch& mb, int64_t l) {
   if (config_.IsMoeLayer(l)) RETURN_IF_ERROR(CombineExperts(mb, l));
   const int64_t hidden = config_.hidden_size;
   float* x = x_.data() + mb.row0 * hidden;
@@ -370,7 +472,7 @@ absl::Status Engine::FinishFfn(MicroBatch& mb, int64_t l) {
   return absl::OkStatus();
 }
 
-void Engine::Attention(const MicroBatch& mb, int64_t layer_idx) {
+void Engine::Impl::Attention(const MicroBatch& mb, int64_t layer_idx) {
   const model::LayerWeights& w = weights_.layers[layer_idx];
   const model::ModelConfig& c = config_;
   const int64_t heads = c.num_attention_heads;
@@ -420,7 +522,7 @@ void Engine::Attention(const MicroBatch& mb, int64_t layer_idx) {
                   c.o_proj_bias ? &w.o_bias : nullptr, act);
 }
 
-absl::Status Engine::SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput* out) {
+absl::Status Engine::Impl::SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput* out) {
   const model::LayerWeights& w = weights_.layers[layer_idx];
   const model::ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
@@ -476,7 +578,7 @@ absl::Status Engine::SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput
   return absl::OkStatus();
 }
 
-absl::Status Engine::CombineExperts(MicroBatch& mb, int64_t layer_idx) {
+absl::Status Engine::Impl::CombineExperts(MicroBatch& mb, int64_t layer_idx) {
   const model::ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
   const int64_t k = c.num_experts_per_tok;
@@ -526,7 +628,7 @@ absl::Status Engine::CombineExperts(MicroBatch& mb, int64_t layer_idx) {
   return absl::OkStatus();
 }
 
-void Engine::ComputeLogits(absl::Span<const StepItem> items, int64_t t, StepOutput* out) {
+void Engine::Impl::ComputeLogits(absl::Span<const StepItem> items, int64_t t, StepOutput* out) {
   const int64_t hidden = config_.hidden_size;
   const int64_t vocab = config_.vocab_size;
   out->row_begin.resize(items.size() + 1);

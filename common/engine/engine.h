@@ -15,19 +15,21 @@
 // All activation math is f32 (by default; see EngineOptions::activations); weights f32/bf16/f16
 // as stored.
 //
-// Thread-safety: one caller at a time (the scheduler loop). Step() uses the engine's thread pool.
+// Thread-safety: not thread-safe. One thread (the router's scheduler loop, the Generator's
+// caller) calls Step() and the accessors; Step() forks work onto the engine's thread pool and
+// calls the ExpertExecutor from that thread only (expert_executor.h). The scratch a step needs is
+// sized for max_batch_tokens at Create() and reused, so steady-state steps allocate nothing
+// (buffers of `out` and of the wanted logits rows grow to the largest step seen).
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/engine/expert_executor.h"
-#include "common/engine/ffn.h"
 #include "common/engine/kv_cache.h"
 #include "common/kernels/kernels.h"
 #include "common/kernels/thread_pool.h"
@@ -120,76 +122,19 @@ class Engine {
   // this step's tokens, which the caller should treat as not written).
   absl::Status Step(absl::Span<const StepItem> items, StepOutput* out);
 
-  const model::ModelConfig& config() const { return config_; }
-  const EngineOptions& options() const { return options_; }
-  int64_t vocab_size() const { return config_.vocab_size; }
-  KvCache& kv_cache() { return *kv_; }
-  kernels::ThreadPool* pool() { return pool_.get(); }
+  const model::ModelConfig& config() const;
+  const EngineOptions& options() const;
+  int64_t vocab_size() const;
+  // The K/V storage the block tables index. Mutating it (CopyBlock) must not overlap a Step().
+  KvCache& kv_cache();
+  // The engine's thread pool (callers may borrow it between steps, e.g. for benchmarks).
+  kernels::ThreadPool* pool();
 
  private:
-  Engine(const model::ModelConfig& config, const model::ModelWeights& weights,
-         const EngineOptions& options);
-  absl::Status CheckWeights() const;
-  absl::Status ValidateItems(absl::Span<const StepItem> items, int64_t* num_tokens) const;
+  class Impl;  // the forward pass and its per-step scratch (engine.cc)
+  explicit Engine(std::unique_ptr<Impl> impl);
 
-  // A micro-batch: rows [row0, row0 + t) of the step. Every per-token buffer below is indexed by
-  // the step's row (packed expert buffers by row * k), so micro-batches share them without
-  // overlapping; only the expert call in flight is per micro-batch.
-  struct MicroBatch {
-    int64_t row0 = 0;
-    int64_t t = 0;
-    std::vector<int64_t> counts;  // [num_experts] this micro-batch's rows per expert
-    std::vector<int64_t> fill;    // [num_experts] counting-sort cursors
-    ExpertCall call;
-    ExpertCallHandle handle = 0;
-    bool pending = false;  // `handle` submitted, not yet awaited
-  };
-  // Splits the step's items into micro-batches (one, or two balanced by tokens).
-  void PlanMicroBatches(absl::Span<const StepItem> items, int64_t t);
-  // Layer `l` up to its FFN: input norm, attention, residual, post-attention norm; then the FFN:
-  // a dense MLP runs now; an MoE layer's gate runs, its routed experts are submitted and its
-  // shared expert runs while they are away. FinishFfn awaits them and adds the FFN output to
-  // the residual stream.
-  absl::Status StartLayer(MicroBatch& mb, int64_t l, StepOutput* out);
-  absl::Status FinishFfn(MicroBatch& mb, int64_t l);
-  void Attention(const MicroBatch& mb, int64_t layer_idx);
-  absl::Status SubmitExperts(MicroBatch& mb, int64_t layer_idx, StepOutput* out);
-  absl::Status CombineExperts(MicroBatch& mb, int64_t layer_idx);
-  // Awaits every call still in flight (after an error: their buffers must outlive them).
-  void DrainPending();
-  void ComputeLogits(absl::Span<const StepItem> items, int64_t t, StepOutput* out);
-
-  const model::ModelConfig& config_;
-  const model::ModelWeights& weights_;
-  const EngineOptions options_;
-  std::unique_ptr<kernels::ThreadPool> pool_;
-  std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<ExpertExecutor> owned_experts_;
-  ExpertExecutor* experts_ = nullptr;
-  float attn_scale_ = 1.0f;
-
-  // Scratch, sized for max_batch_tokens at creation and reused by every step.
-  std::vector<int32_t> positions_;               // [T]
-  std::vector<kernels::AttentionToken> tokens_;  // [T]
-  std::vector<float> x_;                         // [T, hidden] residual stream
-  std::vector<float> h_;                         // [T, hidden] normed input of a sub-block
-  std::vector<float> q_, k_, v_;                 // [T, heads*head_dim], [T, kv_heads*head_dim] x2
-  std::vector<float> attn_;                      // [T, heads*head_dim]
-  std::vector<float> proj_;                      // [T, hidden] output of o_proj / FFN
-  std::vector<float> gate_logits_;               // [T, num_experts]
-  std::vector<int32_t> topk_ids_;                // [T, k]
-  std::vector<float> topk_weights_;              // [T, k]
-  std::vector<int32_t> slot_of_;      // [T, k] row of (token, j) in the packed expert buffers
-  std::vector<float> packed_in_;      // [T*k, hidden] a micro-batch's rows grouped by expert
-  std::vector<float> packed_out_;     // [T*k, hidden]
-  std::vector<float> shared_gate_;    // [T]
-  std::vector<uint8_t> row_failed_;   // [T] a token routed to an unavailable expert this step
-  std::vector<int32_t> unavailable_;  // expert ids the executor could not run (one layer)
-  std::string failure_;               // what the first unavailable expert was, for item_status
-  std::vector<float> logit_rows_;     // [rows, hidden] normed final hidden states of wanted rows
-  FfnScratch ffn_scratch_;            // dense MLP / shared expert (one micro-batch at a time)
-  MicroBatch micro_[2];
-  int num_micro_ = 1;
+  const std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace moe::engine

@@ -39,8 +39,20 @@ struct ExpertCall {
 
 using ExpertCallHandle = uint64_t;
 
-// Thread-safety: implementations document their own; the engine calls Submit/Await from its step
-// thread only, and may have at most a few calls outstanding at once.
+// Thread-safety, the contract every implementation keeps:
+//  - Submit, Await, AwaitPartial and RunsConcurrently are thread-compatible: one caller at a
+//    time, never two of them concurrently on one executor. The engine calls them from the thread
+//    running Engine::Step (the router's scheduler loop, the Generator's caller); the expert
+//    worker from whichever thread holds the slot that owns the executor (its slot mutex orders
+//    the hand-offs). Implementations need no lock for this state.
+//  - A caller may have several calls outstanding and await them in any order, each handle
+//    exactly once. The engine keeps at most one per micro-batch (two) and awaits every call it
+//    submitted before Step returns, errors included.
+//  - A call's work may run on other threads (RunsConcurrently), reading its inputs and writing its
+//    outputs until Await/AwaitPartial returns; nothing of it runs after that.
+//  - Methods an implementation adds (placement, health) state their own thread-safety, and may
+//    run concurrently with the calls above only where they say so.
+//  - Destruction: no call outstanding.
 class ExpertExecutor {
  public:
   virtual ~ExpertExecutor() = default;

@@ -4,44 +4,44 @@
 #pragma once
 
 #include <memory>
-#include <utility>
-#include <vector>
 
 #include "common/engine/expert_executor.h"
-#include "common/engine/ffn.h"
+#include "common/kernels/kernels.h"
 #include "common/kernels/thread_pool.h"
 #include "common/model/weights.h"
 
 namespace moe::engine {
 
-// Thread-safety: one caller thread at a time (it shares the caller's ThreadPool).
-// The work runs inside Submit(); Await() returns its result. All batches of a call share two
-// parallel regions (kernels::SwiGluMany, then kernels::MatMulMany over the down projections).
-// Lifetime: `weights` and `pool` are borrowed and must outlive the executor.
+// The work runs inside Submit(), on the caller's thread and `pool`; Await() returns its result.
+// All batches of a call share two parallel regions (kernels::SwiGluMany, then
+// kernels::MatMulMany over the down projections). RunsConcurrently() is false.
+//
+// Thread-safety: the ExpertExecutor contract (one caller at a time), and more narrowly: the
+// executor shares `pool` with its caller, so nothing else may run on that pool during Submit().
+// Executors that share no pool may run in parallel (the expert worker gives each slot its own
+// executor and pool). Outstanding calls: any number, awaited in any order.
+//
+// Lifetime: `weights` and `pool` are borrowed and must outlive the executor; the weights must not
+// change during a Submit() (the expert worker holds its resident-set lock around it).
 // `activations`: the numerics of the expert projections (kernels.h; kBf16 is the opt-in
 // cluster-wide mode: every executor of a cluster must use the engine's setting).
-class LocalExpertExecutor : public ExpertExecutor {
+class LocalExpertExecutor final : public ExpertExecutor {
  public:
   LocalExpertExecutor(const model::ModelWeights* weights, kernels::ThreadPool* pool,
-                      kernels::Activations activations = kernels::Activations::kF32)
-      : weights_(weights), pool_(pool), activations_(activations) {}
+                      kernels::Activations activations = kernels::Activations::kF32);
+  ~LocalExpertExecutor() override;
+  LocalExpertExecutor(const LocalExpertExecutor&) = delete;
+  LocalExpertExecutor& operator=(const LocalExpertExecutor&) = delete;
 
   // ExpertExecutor
+  // Errors: InvalidArgument (layer out of range, an expert not loaded in `weights`, hidden size
+  // mismatch), returned by Await (Submit itself always succeeds).
   absl::StatusOr<ExpertCallHandle> Submit(const ExpertCall& call) override;
   absl::Status Await(ExpertCallHandle handle) override;
 
  private:
-  absl::Status Run(const ExpertCall& call);
-
-  const model::ModelWeights* weights_;
-  kernels::ThreadPool* pool_;
-  const kernels::Activations activations_;
-  FfnScratch scratch_;  // activations and up outputs of all batches of a call, back to back
-  std::vector<kernels::SwiGluTask> swiglu_tasks_;
-  std::vector<kernels::MatMulTask> down_tasks_;
-  ExpertCallHandle next_handle_ = 1;
-  // Completed calls not yet awaited (few at a time: a small vector beats a map).
-  std::vector<std::pair<ExpertCallHandle, absl::Status>> done_;
+  struct Rep;  // the call scratch and the completed calls (local_expert_executor.cc)
+  const std::unique_ptr<Rep> rep_;
 };
 
 }  // namespace moe::engine

@@ -29,6 +29,8 @@ using ::testing::HasSubstr;
 
 // Runs calls on a thread of its own (its own one-thread pool), like a remote worker: Submit
 // returns at once. Records the order of Submit/Await and can inject failures.
+// Thread-safety: the ExpertExecutor contract (the engine calls it from one thread); every method
+// locks because the executor's own thread shares the queue and the results.
 class ThreadedExpertExecutor final : public ExpertExecutor {
  public:
   explicit ThreadedExpertExecutor(const model::ModelWeights* weights)

@@ -18,8 +18,11 @@
 // moe_expert_balancedness); moe_expert_call_seconds{worker}, moe_expert_replica_utilisation
 // {worker}, moe_placement_version, moe_recalibrations_total.
 //
-// Thread-safety: Submit/Await/AwaitPartial from one thread (the engine's step thread);
-// SetPlacement, placement(), load_tracker() and healthy() from any thread.
+// Thread-safety: Submit/Await/AwaitPartial/RunsConcurrently as ExpertExecutor says (one caller
+// at a time: the engine's step thread); the RPCs of a call complete on gRPC's threads, and its
+// outputs are written by AwaitPartial itself. SetPlacement, placement(), load_tracker() and
+// healthy() are thread-safe and may run concurrently with the calls (a gRPC SetPlacement
+// handler, the admin stats); SetPlacement blocks until the old version's calls are awaited.
 #pragma once
 
 #include <cstdint>

@@ -1,13 +1,19 @@
 #include "services/expert-worker/core/expert_worker_core.h"
 
 #include <algorithm>
+#include <deque>
+#include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
 #include "common/engine/ffn.h"
+#include "common/engine/local_expert_executor.h"
+#include "common/kernels/thread_pool.h"
 #include "common/tensor/dtype.h"
 
 namespace moe::expert_worker {
@@ -36,43 +42,150 @@ ExpertWorkerMetrics::ExpertWorkerMetrics(common::metrics::Registry& r)
       resident_bytes(
           r.AddGauge("moe_expert_worker_resident_bytes", "Weight bytes of resident experts.")) {}
 
+// The core's state. Members are grouped by the lock that protects them; the slot threads are
+// started by Create and joined by the destructor.
+class ExpertWorkerCore::Impl {
+ public:
+  Impl(const ExpertWorkerCoreOptions& options, common::Clock* clock,
+       common::metrics::Registry* registry);
+  ~Impl();
+
+  // Opens the checkpoint with the start-up experts, builds the slots, starts their threads.
+  absl::Status Init(const std::vector<ExpertKey>& keys);
+
+  absl::Status WarmUp();
+  bool ready() const;
+  absl::Status Run(const engine::ExpertCall& call, absl::Duration* compute);
+  void RunAsync(const engine::ExpertCall& call, RunDone done);
+  absl::StatusOr<ResidentSet> Load(const std::vector<ExpertKey>& keys);
+  ResidentSet Unload(const std::vector<ExpertKey>& keys);
+  ResidentSet resident() const;
+  // The checkpoint is opened in Init() and never replaced: reading its config needs no lock.
+  const model::ModelConfig& config() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return checkpoint_->config();
+  }
+  kernels::Activations activations() const { return options_.activations; }
+
+ private:
+  // A compute slot: its own pool and executor, used by one call at a time (whoever took it from
+  // free_slots_).
+  struct Slot {
+    std::unique_ptr<kernels::ThreadPool> pool;
+    std::unique_ptr<engine::LocalExpertExecutor> executor;
+  };
+  struct Job {
+    engine::ExpertCall call;
+    RunDone done;
+  };
+
+  ResidentSet ResidentLocked() const ABSL_SHARED_LOCKS_REQUIRED(weights_mu_);
+  absl::Status WarmUpKeys(const std::vector<ExpertKey>& keys);
+  // Blocks for a free slot; RESOURCE_EXHAUSTED when `bounded` and the queue is full.
+  absl::StatusOr<Slot*> AcquireSlot(bool bounded) ABSL_LOCKS_EXCLUDED(slots_mu_);
+  void ReleaseSlot(Slot* slot) ABSL_LOCKS_EXCLUDED(slots_mu_);
+  // Argument checks of Run(); `ids` gets the call's expert ids, sorted.
+  absl::Status CheckCall(const engine::ExpertCall& call, std::vector<int32_t>* ids,
+                         int64_t* tokens) const;
+  // Computes a checked call on `slot` (readiness and residency checked under weights_mu_).
+  absl::Status RunOnSlot(Slot* slot, const engine::ExpertCall& call,
+                         const std::vector<int32_t>& ids, int64_t tokens, absl::Duration* took)
+      ABSL_LOCKS_EXCLUDED(weights_mu_);
+  // A slot thread: runs queued RunAsync calls until stopped and the queue is empty.
+  void SlotLoop() ABSL_LOCKS_EXCLUDED(slots_mu_);
+
+  // Constant after construction.
+  const ExpertWorkerCoreOptions options_;
+  common::Clock* const clock_;
+  const std::unique_ptr<ExpertWorkerMetrics> metrics_;  // null without a registry
+
+  // Protects the resident set: Run() holds it shared, Load/Unload exclusively.
+  mutable absl::Mutex weights_mu_;
+  std::unique_ptr<model::Checkpoint> checkpoint_ ABSL_GUARDED_BY(weights_mu_);
+  // layers[l].experts[e] has non-null views exactly for resident experts.
+  model::ModelWeights weights_ ABSL_GUARDED_BY(weights_mu_);
+  bool ready_ ABSL_GUARDED_BY(weights_mu_) = false;
+
+  // Constant after Init(): every slot; a slot is free or held by one call.
+  std::vector<std::unique_ptr<Slot>> all_slots_;
+  absl::Mutex slots_mu_;
+  std::vector<Slot*> free_slots_ ABSL_GUARDED_BY(slots_mu_);
+  int waiting_ ABSL_GUARDED_BY(slots_mu_) = 0;        // Run() callers waiting for a slot
+  std::deque<Job> queue_ ABSL_GUARDED_BY(slots_mu_);  // RunAsync calls waiting for a slot
+  int inline_running_ ABSL_GUARDED_BY(slots_mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(slots_mu_) = false;
+  // Started by Init(), joined by ~Impl.
+  std::vector<std::thread> slot_threads_;
+};
+
 absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> ExpertWorkerCore::Create(
     const ExpertWorkerCoreOptions& options, common::metrics::Registry* registry,
     common::Clock* clock) {
   RETURN_IF_ERROR(options.Validate());
-  std::unique_ptr<ExpertWorkerCore> core(new ExpertWorkerCore());
-  core->options_ = options;
-  core->clock_ = clock;
-  if (registry != nullptr) core->metrics_ = std::make_unique<ExpertWorkerMetrics>(*registry);
   // Read config.json alone first (no tensors), to resolve '*' in the specs.
   ASSIGN_OR_RETURN(auto probe,
                    model::Checkpoint::Open(options.model_dir, model::LoadOptions::OnlyExperts({})));
   ASSIGN_OR_RETURN(std::vector<ExpertKey> keys, ParseExpertSpecs(options.experts, probe->config()));
   probe.reset();
-  model::LoadOptions load = model::LoadOptions::OnlyExperts(keys);
-  absl::MutexLock lock(&core->weights_mu_);
-  ASSIGN_OR_RETURN(core->checkpoint_, model::Checkpoint::Open(options.model_dir, load));
-  core->weights_ = core->checkpoint_->weights();
-  for (int i = 0; i < options.max_concurrent_calls; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->pool = std::make_unique<kernels::ThreadPool>(options.threads_per_call);
-    slot->executor = std::make_unique<engine::LocalExpertExecutor>(
-        &core->weights_, slot->pool.get(), options.activations);
-    core->free_slots_.push_back(slot.get());
-    core->all_slots_.push_back(std::move(slot));
-  }
-  for (int i = 0; i < options.max_concurrent_calls; ++i) {
-    core->slot_threads_.emplace_back([c = core.get()] { c->SlotLoop(); });
-  }
-  if (core->metrics_ != nullptr) {
-    const ResidentSet r = core->ResidentLocked();
-    core->metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
-    core->metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
-  }
-  return core;
+  auto impl = std::make_unique<Impl>(options, clock, registry);
+  RETURN_IF_ERROR(impl->Init(keys));
+  return std::unique_ptr<ExpertWorkerCore>(new ExpertWorkerCore(std::move(impl)));
 }
 
-ExpertWorkerCore::~ExpertWorkerCore() {
+ExpertWorkerCore::ExpertWorkerCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ExpertWorkerCore::~ExpertWorkerCore() = default;
+
+absl::Status ExpertWorkerCore::WarmUp() { return impl_->WarmUp(); }
+bool ExpertWorkerCore::ready() const { return impl_->ready(); }
+absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duration* compute) {
+  return impl_->Run(call, compute);
+}
+void ExpertWorkerCore::RunAsync(const engine::ExpertCall& call, RunDone done) {
+  impl_->RunAsync(call, std::move(done));
+}
+absl::StatusOr<ResidentSet> ExpertWorkerCore::Load(const std::vector<ExpertKey>& keys) {
+  return impl_->Load(keys);
+}
+ResidentSet ExpertWorkerCore::Unload(const std::vector<ExpertKey>& keys) {
+  return impl_->Unload(keys);
+}
+ResidentSet ExpertWorkerCore::resident() const { return impl_->resident(); }
+const model::ModelConfig& ExpertWorkerCore::config() const { return impl_->config(); }
+kernels::Activations ExpertWorkerCore::activations() const { return impl_->activations(); }
+
+ExpertWorkerCore::Impl::Impl(const ExpertWorkerCoreOptions& options, common::Clock* clock,
+                             common::metrics::Registry* registry)
+    : options_(options),
+      clock_(clock),
+      metrics_(registry != nullptr ? std::make_unique<ExpertWorkerMetrics>(*registry) : nullptr) {}
+
+absl::Status ExpertWorkerCore::Impl::Init(const std::vector<ExpertKey>& keys) {
+  model::LoadOptions load = model::LoadOptions::OnlyExperts(keys);
+  absl::MutexLock lock(&weights_mu_);
+  ASSIGN_OR_RETURN(checkpoint_, model::Checkpoint::Open(options_.model_dir, load));
+  weights_ = checkpoint_->weights();
+  {
+    absl::MutexLock slots_lock(&slots_mu_);
+    for (int i = 0; i < options_.max_concurrent_calls; ++i) {
+      auto slot = std::make_unique<Slot>();
+      slot->pool = std::make_unique<kernels::ThreadPool>(options_.threads_per_call);
+      slot->executor = std::make_unique<engine::LocalExpertExecutor>(&weights_, slot->pool.get(),
+                                                                     options_.activations);
+      free_slots_.push_back(slot.get());
+      all_slots_.push_back(std::move(slot));
+    }
+  }
+  for (int i = 0; i < options_.max_concurrent_calls; ++i) {
+    slot_threads_.emplace_back([this] { SlotLoop(); });
+  }
+  if (metrics_ != nullptr) {
+    const ResidentSet r = ResidentLocked();
+    metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
+    metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
+  }
+  return absl::OkStatus();
+}
+
+ExpertWorkerCore::Impl::~Impl() {
   {
     absl::MutexLock lock(&slots_mu_);
     stop_ = true;
@@ -80,12 +193,12 @@ ExpertWorkerCore::~ExpertWorkerCore() {
   for (std::thread& t : slot_threads_) t.join();
 }
 
-bool ExpertWorkerCore::ready() const {
+bool ExpertWorkerCore::Impl::ready() const {
   absl::ReaderMutexLock lock(&weights_mu_);
   return ready_;
 }
 
-absl::Status ExpertWorkerCore::WarmUp() {
+absl::Status ExpertWorkerCore::Impl::WarmUp() {
   std::vector<ExpertKey> keys = resident().experts;
   RETURN_IF_ERROR(WarmUpKeys(keys));
   absl::MutexLock lock(&weights_mu_);
@@ -93,7 +206,7 @@ absl::Status ExpertWorkerCore::WarmUp() {
   return absl::OkStatus();
 }
 
-absl::Status ExpertWorkerCore::WarmUpKeys(const std::vector<ExpertKey>& keys) {
+absl::Status ExpertWorkerCore::Impl::WarmUpKeys(const std::vector<ExpertKey>& keys) {
   if (options_.warmup_tokens == 0 || keys.empty()) return absl::OkStatus();
   const int64_t hidden = config().hidden_size;
   const int64_t n = options_.warmup_tokens;
@@ -119,7 +232,7 @@ absl::Status ExpertWorkerCore::WarmUpKeys(const std::vector<ExpertKey>& keys) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ExpertWorkerCore::Slot*> ExpertWorkerCore::AcquireSlot(bool bounded) {
+absl::StatusOr<ExpertWorkerCore::Impl::Slot*> ExpertWorkerCore::Impl::AcquireSlot(bool bounded) {
   absl::MutexLock lock(&slots_mu_);
   if (bounded && free_slots_.empty() &&
       waiting_ + static_cast<int64_t>(queue_.size()) >= options_.max_queued_calls) {
@@ -136,13 +249,13 @@ absl::StatusOr<ExpertWorkerCore::Slot*> ExpertWorkerCore::AcquireSlot(bool bound
   return slot;
 }
 
-void ExpertWorkerCore::ReleaseSlot(Slot* slot) {
+void ExpertWorkerCore::Impl::ReleaseSlot(Slot* slot) {
   absl::MutexLock lock(&slots_mu_);
   free_slots_.push_back(slot);
 }
 
-absl::Status ExpertWorkerCore::CheckCall(const engine::ExpertCall& call, std::vector<int32_t>* ids,
-                                         int64_t* tokens) const {
+absl::Status ExpertWorkerCore::Impl::CheckCall(const engine::ExpertCall& call,
+                                               std::vector<int32_t>* ids, int64_t* tokens) const {
   const model::ModelConfig& c = config();
   if (call.layer_idx < 0 || call.layer_idx >= c.num_hidden_layers ||
       !c.IsMoeLayer(call.layer_idx)) {
@@ -173,7 +286,7 @@ absl::Status ExpertWorkerCore::CheckCall(const engine::ExpertCall& call, std::ve
   return absl::OkStatus();
 }
 
-absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duration* compute) {
+absl::Status ExpertWorkerCore::Impl::Run(const engine::ExpertCall& call, absl::Duration* compute) {
   std::vector<int32_t> ids;
   int64_t tokens = 0;
   RETURN_IF_ERROR(CheckCall(call, &ids, &tokens));
@@ -185,7 +298,7 @@ absl::Status ExpertWorkerCore::Run(const engine::ExpertCall& call, absl::Duratio
   return status;
 }
 
-void ExpertWorkerCore::RunAsync(const engine::ExpertCall& call, RunDone done) {
+void ExpertWorkerCore::Impl::RunAsync(const engine::ExpertCall& call, RunDone done) {
   std::vector<int32_t> ids;
   int64_t tokens = 0;
   if (absl::Status s = CheckCall(call, &ids, &tokens); !s.ok()) {
@@ -225,14 +338,14 @@ void ExpertWorkerCore::RunAsync(const engine::ExpertCall& call, RunDone done) {
   done(std::move(status), took);
 }
 
-void ExpertWorkerCore::SlotLoop() {
+void ExpertWorkerCore::Impl::SlotLoop() {
   for (;;) {
     Job job;
     Slot* slot = nullptr;
     {
       absl::MutexLock lock(&slots_mu_);
       slots_mu_.Await(absl::Condition(
-          +[](ExpertWorkerCore* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          +[](Impl* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
             return (c->stop_ && c->queue_.empty()) ||
                    (!c->queue_.empty() && !c->free_slots_.empty());
           },
@@ -253,9 +366,9 @@ void ExpertWorkerCore::SlotLoop() {
   }
 }
 
-absl::Status ExpertWorkerCore::RunOnSlot(Slot* slot, const engine::ExpertCall& call,
-                                         const std::vector<int32_t>& ids, int64_t tokens,
-                                         absl::Duration* compute) {
+absl::Status ExpertWorkerCore::Impl::RunOnSlot(Slot* slot, const engine::ExpertCall& call,
+                                               const std::vector<int32_t>& ids, int64_t tokens,
+                                               absl::Duration* compute) {
   absl::Status status;
   absl::Duration took;
   {
@@ -288,7 +401,7 @@ absl::Status ExpertWorkerCore::RunOnSlot(Slot* slot, const engine::ExpertCall& c
   return status;
 }
 
-ResidentSet ExpertWorkerCore::ResidentLocked() const {
+ResidentSet ExpertWorkerCore::Impl::ResidentLocked() const {
   ResidentSet r;
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const auto& experts = weights_.layers[l].experts;
@@ -302,12 +415,12 @@ ResidentSet ExpertWorkerCore::ResidentLocked() const {
   return r;
 }
 
-ResidentSet ExpertWorkerCore::resident() const {
+ResidentSet ExpertWorkerCore::Impl::resident() const {
   absl::ReaderMutexLock lock(&weights_mu_);
   return ResidentLocked();
 }
 
-absl::StatusOr<ResidentSet> ExpertWorkerCore::Load(const std::vector<ExpertKey>& keys) {
+absl::StatusOr<ResidentSet> ExpertWorkerCore::Impl::Load(const std::vector<ExpertKey>& keys) {
   const model::ModelConfig& c = config();
   for (const ExpertKey& k : keys) {
     if (k.layer < 0 || k.layer >= c.num_hidden_layers || !c.IsMoeLayer(k.layer) || k.expert < 0 ||
@@ -336,7 +449,7 @@ absl::StatusOr<ResidentSet> ExpertWorkerCore::Load(const std::vector<ExpertKey>&
   return r;
 }
 
-ResidentSet ExpertWorkerCore::Unload(const std::vector<ExpertKey>& keys) {
+ResidentSet ExpertWorkerCore::Impl::Unload(const std::vector<ExpertKey>& keys) {
   ResidentSet r;
   {
     absl::MutexLock lock(&weights_mu_);

@@ -16,27 +16,24 @@
 // hand-off: the RPC thread that read the request computes and answers); every other call queues
 // for the core's own slot threads (one per slot).
 //
-// Thread-safety: every public method is thread-safe.
+// Thread-safety: every public method is thread-safe and may be called concurrently (the gRPC
+// server calls them from its callback threads). `done` callbacks run on the calling thread or on
+// a slot thread, never under the core's locks.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/config/schema.h"
 #include "common/engine/expert_executor.h"
-#include "common/engine/local_expert_executor.h"
-#include "common/kernels/thread_pool.h"
+#include "common/kernels/kernels.h"
 #include "common/metrics/registry.h"
 #include "common/model/checkpoint.h"
 #include "common/model/expert_spec.h"
@@ -115,7 +112,11 @@ class ExpertWorkerCore {
   static absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> Create(
       const ExpertWorkerCoreOptions& options, common::metrics::Registry* registry,
       common::Clock* clock);
+  // Joins the slot threads once the queued calls have run. REQUIRES: no Run/RunAsync/Load/
+  // Unload in progress on other threads.
   ~ExpertWorkerCore();
+  ExpertWorkerCore(const ExpertWorkerCore&) = delete;
+  ExpertWorkerCore& operator=(const ExpertWorkerCore&) = delete;
 
   // Runs a synthetic batch through every resident expert (faults the weights in, sizes the
   // scratch buffers), then marks the core ready. Run() answers UNAVAILABLE before.
@@ -142,53 +143,15 @@ class ExpertWorkerCore {
   ResidentSet Unload(const std::vector<ExpertKey>& keys);
   ResidentSet resident() const;
 
-  const model::ModelConfig& config() const { return checkpoint_->config(); }
+  const model::ModelConfig& config() const;
   // The numerics mode every call must come with (options.activations).
-  kernels::Activations activations() const { return options_.activations; }
+  kernels::Activations activations() const;
 
  private:
-  struct Slot {
-    std::unique_ptr<kernels::ThreadPool> pool;
-    std::unique_ptr<engine::LocalExpertExecutor> executor;
-  };
-  ExpertWorkerCore() = default;
-  ResidentSet ResidentLocked() const ABSL_SHARED_LOCKS_REQUIRED(weights_mu_);
-  absl::Status WarmUpKeys(const std::vector<ExpertKey>& keys);
-  struct Job {
-    engine::ExpertCall call;
-    RunDone done;
-  };
-  // Blocks for a free slot; RESOURCE_EXHAUSTED when `bounded` and the queue is full.
-  absl::StatusOr<Slot*> AcquireSlot(bool bounded);
-  void ReleaseSlot(Slot* slot);
-  // Argument checks of Run(); `ids` gets the call's expert ids, sorted.
-  absl::Status CheckCall(const engine::ExpertCall& call, std::vector<int32_t>* ids,
-                         int64_t* tokens) const;
-  // Computes a checked call on `slot` (readiness and residency checked under weights_mu_).
-  absl::Status RunOnSlot(Slot* slot, const engine::ExpertCall& call,
-                         const std::vector<int32_t>& ids, int64_t tokens, absl::Duration* took);
-  // A slot thread: runs queued RunAsync calls until stopped and the queue is empty.
-  void SlotLoop();
+  class Impl;  // the resident set, the slots, their threads and queue (expert_worker_core.cc)
+  explicit ExpertWorkerCore(std::unique_ptr<Impl> impl);
 
-  ExpertWorkerCoreOptions options_;
-  common::Clock* clock_ = nullptr;
-  std::unique_ptr<ExpertWorkerMetrics> metrics_;
-
-  // Protects the resident set: Run() holds it shared, Load/Unload exclusively.
-  mutable absl::Mutex weights_mu_;
-  std::unique_ptr<model::Checkpoint> checkpoint_ ABSL_GUARDED_BY(weights_mu_);
-  // layers[l].experts[e] has non-null views exactly for resident experts.
-  model::ModelWeights weights_ ABSL_GUARDED_BY(weights_mu_);
-  bool ready_ ABSL_GUARDED_BY(weights_mu_) = false;
-
-  absl::Mutex slots_mu_;
-  std::vector<std::unique_ptr<Slot>> all_slots_;
-  std::vector<Slot*> free_slots_ ABSL_GUARDED_BY(slots_mu_);
-  int waiting_ ABSL_GUARDED_BY(slots_mu_) = 0;        // Run() callers waiting for a slot
-  std::deque<Job> queue_ ABSL_GUARDED_BY(slots_mu_);  // RunAsync calls waiting for a slot
-  int inline_running_ ABSL_GUARDED_BY(slots_mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(slots_mu_) = false;
-  std::vector<std::thread> slot_threads_;
+  const std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace moe::expert_worker

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -16,11 +17,12 @@ namespace moe::router {
 class EngineModelRunner final : public ModelRunner {
  public:
   explicit EngineModelRunner(engine::Engine* engine);
+  ~EngineModelRunner() override;
   EngineModelRunner(const EngineModelRunner&) = delete;
   EngineModelRunner& operator=(const EngineModelRunner&) = delete;
 
   // Expert tokens of the last step, [num_layers * num_experts] (the load statistics' input).
-  const std::vector<int64_t>& last_expert_tokens() const { return out_.expert_tokens; }
+  const std::vector<int64_t>& last_expert_tokens() const;
 
   // ModelRunner
   int64_t vocab_size() const override;
@@ -32,9 +34,8 @@ class EngineModelRunner final : public ModelRunner {
   absl::Status ChunkStatus(size_t chunk) const override;
 
  private:
-  engine::Engine* const engine_;
-  std::vector<engine::StepItem> items_;
-  engine::StepOutput out_;
+  struct Rep;  // the engine, and the step's items and output reused across steps (.cc)
+  const std::unique_ptr<Rep> rep_;
 };
 
 }  // namespace moe::router

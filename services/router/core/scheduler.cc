@@ -1,11 +1,23 @@
 #include "services/router/core/scheduler.h"
 
 #include <algorithm>
+#include <deque>
+#include <random>
+#include <span>
+#include <thread>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/check.h"
 #include "common/base/status_macros.h"
+#include "services/router/core/schedule_stages.h"
+#include "services/router/core/sequence_state.h"
+#include "services/router/core/step_plan.h"
 
 namespace moe::router {
 
@@ -13,47 +25,124 @@ using common::SeqId;
 using generation::FinishReason;
 using generation::Usage;
 
-struct Scheduler::Sequence {
-  SeqId id;
-  GenerateRequest request;  // prompt_token_ids moved into `tokens`
-  std::shared_ptr<RequestStream> stream;
-  std::vector<int32_t> tokens;  // prompt, then generated
-  int64_t num_prompt = 0;
-  int64_t num_generated = 0;
-  // While running: tokens with a KV slot, and tokens whose KV is written (mirrors the block
-  // manager, which the scheduler keeps in step).
-  int64_t num_slots = 0;
-  int64_t num_computed = 0;
-  bool running = false;
-  bool finished = false;
-  bool admitted_once = false;
-  int64_t cached_prompt_tokens = 0;
-  int64_t scheduled_step = -1;  // the step that last included it
-  uint64_t seed = 0;
-  std::unique_ptr<engine::SequenceSampler> sampler;  // made at first admission
-  absl::Time arrival;
-  absl::Time first_token = absl::InfinitePast();
-  absl::Time last_token = absl::InfinitePast();
+class Scheduler::Impl {
+ public:
+  Impl(const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
+       ModelRunner* runner, common::Clock* clock, RouterMetrics* metrics);
+  ~Impl();
+
+  absl::StatusOr<SubmittedRequest> Submit(GenerateRequest request) ABSL_LOCKS_EXCLUDED(mu_);
+  void Cancel(SeqId seq_id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
+  void Shutdown(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t Step() ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasWork() const ABSL_LOCKS_EXCLUDED(mu_);
+  SchedulerStats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  kv::BlockManager& block_manager() { return *block_manager_; }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  // The scheduler's record of one request: the stages' view (SequenceState) plus what only the
+  // scheduler touches (the consumer's stream, sampling, timings).
+  struct Sequence : SequenceState {
+    GenerateRequest request;  // prompt_token_ids moved into `tokens`, cache_salt likewise
+    std::shared_ptr<RequestStream> stream;
+    int64_t num_prompt = 0;
+    int64_t num_generated = 0;
+    bool finished = false;
+    bool admitted_once = false;
+    int64_t cached_prompt_tokens = 0;
+    uint64_t seed = 0;
+    std::unique_ptr<engine::SequenceSampler> sampler;  // made at first admission
+    absl::Time arrival;
+    absl::Time first_token = absl::InfinitePast();
+    absl::Time last_token = absl::InfinitePast();
+  };
+  // Every SequenceState in queues_ and plan_ is a Sequence.
+  static Sequence& Seq(SequenceState* s) { return *static_cast<Sequence*>(s); }
+
+  // Lets a RequestStream (which may outlive the scheduler) wake the loop safely.
+  struct Waker {
+    absl::Mutex mu;
+    Impl* scheduler ABSL_GUARDED_BY(mu) = nullptr;
+    void Wake() {
+      absl::MutexLock lock(&mu);
+      if (scheduler != nullptr) scheduler->WakeLoop();
+    }
+  };
+
+  absl::Status ValidateRequest(const GenerateRequest& request) const;
+  void Loop();
+  void WakeLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes new requests from the inbox and ends cancelled ones.
+  void DrainInbox() ABSL_LOCKS_EXCLUDED(mu_);
+  void ExpireDeadlines(absl::Time now);
+  // Ends every request with kAbort / `status` (shutdown).
+  void AbortAll(const absl::Status& status);
+  // Ends `seq` (running or waiting): frees its blocks if it holds any, closes its stream,
+  // records metrics. The caller (or the next RemoveFinished) drops it from the queues.
+  void Finish(Sequence& seq, FinishReason reason, absl::Status status);
+  // Carries out what plan_ (made at `start`) decided besides the engine batch: counts the
+  // preemptions, ends the failures, sets up first admissions (sampler, queue metrics) and runs
+  // the copy-on-write copies.
+  void ApplyPlan(absl::Time start);
+  // Runs plan_'s chunks as one engine step, then samples, streams and finishes. Returns the
+  // tokens computed (0: no chunk, no step).
+  int64_t RunBatch();
+  // Adds the chunk to this step's engine batch unless its sequence ended while the plan ran.
+  void AddChunk(const PlannedChunk& chunk);
+  // Samples the next token of `seq` from `logits` [vocab] and handles stop / length.
+  void ProcessLogits(Sequence& seq, const float* logits, absl::Time now);
+  void RemoveFinished();
+  void PublishStats(int64_t step_tokens, int64_t step_seqs) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Constant after construction.
+  const SchedulerOptions options_;
+  ModelRunner* const runner_;
+  common::Clock* const clock_;
+  RouterMetrics* const metrics_;
+  const int64_t vocab_size_;
+  const int64_t max_context_;
+  const std::shared_ptr<Waker> waker_;
+
+  // Owned by the stepping thread (the loop, or the caller of Step()).
+  std::unique_ptr<kv::BlockManager> block_manager_;
+  absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> sequences_;
+  SchedulingQueues queues_;    // of Sequences, both in SchedulingOrder
+  bool finished_any_ = false;  // RemoveFinished has work
+  int64_t last_prefix_queries_ = 0;
+  int64_t last_prefix_hits_ = 0;
+  int64_t num_preemptions_ = 0;
+  int64_t num_finished_ = 0;
+  int64_t num_steps_ = 0;
+  // Reused by every step.
+  StepPlan plan_;
+  std::vector<StepChunk> chunks_;
+  std::vector<Sequence*> chunk_seqs_;
+  std::vector<float> logits_;
+
+  // Started by Start(), joined by Shutdown().
+  std::thread loop_;
+
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Sequence>> inbox_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<SeqId> cancels_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::mt19937_64 seed_rng_ ABSL_GUARDED_BY(mu_);
+  int64_t num_queued_ ABSL_GUARDED_BY(mu_) = 0;  // inbox + waiting, against max_waiting
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time next_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool has_work_ ABSL_GUARDED_BY(mu_) = false;
+  SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-namespace {
-// Scheduling order: priority, then arrival (seq ids grow with arrival).
-template <typename S>
-bool Before(const S* a, const S* b) {
-  if (a->request.priority != b->request.priority) return a->request.priority < b->request.priority;
-  return a->id < b->id;
-}
-}  // namespace
-
-// Lets a RequestStream (which may outlive the scheduler) wake the loop safely.
-struct Scheduler::Waker {
-  absl::Mutex mu;
-  Scheduler* scheduler ABSL_GUARDED_BY(mu) = nullptr;
-  void Wake() {
-    absl::MutexLock lock(&mu);
-    if (scheduler != nullptr) scheduler->WakeLoop();
-  }
-};
+// ---------------------------------------------------------------------------------------------
+// Scheduler: the contract of scheduler.h, forwarded.
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
@@ -72,13 +161,32 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
         absl::StrCat("scheduler: block manager has ", block_manager->num_blocks(),
                      " blocks, the KV cache only ", runner->num_kv_blocks()));
   }
-  return std::unique_ptr<Scheduler>(
-      new Scheduler(options, std::move(block_manager), runner, clock, metrics));
+  return std::unique_ptr<Scheduler>(new Scheduler(
+      std::make_unique<Impl>(options, std::move(block_manager), runner, clock, metrics)));
 }
 
-Scheduler::Scheduler(const SchedulerOptions& options,
-                     std::unique_ptr<kv::BlockManager> block_manager, ModelRunner* runner,
-                     common::Clock* clock, RouterMetrics* metrics)
+Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Scheduler::~Scheduler() = default;
+
+absl::StatusOr<SubmittedRequest> Scheduler::Submit(GenerateRequest request) {
+  return impl_->Submit(std::move(request));
+}
+void Scheduler::Cancel(SeqId seq_id) { impl_->Cancel(seq_id); }
+absl::Status Scheduler::Start() { return impl_->Start(); }
+void Scheduler::Shutdown(absl::Time deadline) { impl_->Shutdown(deadline); }
+int64_t Scheduler::Step() { return impl_->Step(); }
+bool Scheduler::HasWork() const { return impl_->HasWork(); }
+SchedulerStats Scheduler::GetStats() const { return impl_->GetStats(); }
+const kv::BlockManager& Scheduler::block_manager() const { return impl_->block_manager(); }
+kv::BlockManager& Scheduler::mutable_block_manager() { return impl_->block_manager(); }
+const SchedulerOptions& Scheduler::options() const { return impl_->options(); }
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler::Impl
+
+Scheduler::Impl::Impl(const SchedulerOptions& options,
+                      std::unique_ptr<kv::BlockManager> block_manager, ModelRunner* runner,
+                      common::Clock* clock, RouterMetrics* metrics)
     : options_(options),
       runner_(runner),
       clock_(clock),
@@ -92,13 +200,13 @@ Scheduler::Scheduler(const SchedulerOptions& options,
   waker_->scheduler = this;
 }
 
-Scheduler::~Scheduler() {
+Scheduler::Impl::~Impl() {
   Shutdown(absl::InfinitePast());
   absl::MutexLock lock(&waker_->mu);
   waker_->scheduler = nullptr;
 }
 
-absl::Status Scheduler::ValidateRequest(const GenerateRequest& request) const {
+absl::Status Scheduler::Impl::ValidateRequest(const GenerateRequest& request) const {
   const auto& prompt = request.prompt_token_ids;
   if (prompt.empty()) return absl::InvalidArgumentError("prompt_token_ids is empty");
   if (request.priority < -1000 || request.priority > 1000) {
@@ -130,11 +238,13 @@ absl::Status Scheduler::ValidateRequest(const GenerateRequest& request) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SubmittedRequest> Scheduler::Submit(GenerateRequest request) {
+absl::StatusOr<SubmittedRequest> Scheduler::Impl::Submit(GenerateRequest request) {
   RETURN_IF_ERROR(ValidateRequest(request));
   auto seq = std::make_unique<Sequence>();
   seq->num_prompt = static_cast<int64_t>(request.prompt_token_ids.size());
   seq->tokens = std::move(request.prompt_token_ids);
+  seq->priority = request.priority;
+  seq->cache_salt = std::move(request.cache_salt);
   seq->request = std::move(request);
   seq->stream = std::make_shared<RequestStream>(options_.stream_capacity);
   seq->stream->SetOnRoom([waker = waker_] { waker->Wake(); });
@@ -147,9 +257,9 @@ absl::StatusOr<SubmittedRequest> Scheduler::Submit(GenerateRequest request) {
     return absl::ResourceExhaustedError(
         absl::StrCat("router queue is full (", num_queued_, " requests waiting); retry later"));
   }
-  seq->id = SeqId(next_seq_id_++);
+  seq->seq_id = SeqId(next_seq_id_++);
   seq->seed = seq->request.sampling.seed.has_value() ? *seq->request.sampling.seed : seed_rng_();
-  out.seq_id = seq->id;
+  out.seq_id = seq->seq_id;
   ++num_queued_;
   has_work_ = true;
   wake_ = true;
@@ -157,18 +267,18 @@ absl::StatusOr<SubmittedRequest> Scheduler::Submit(GenerateRequest request) {
   return out;
 }
 
-void Scheduler::Cancel(SeqId seq_id) {
+void Scheduler::Impl::Cancel(SeqId seq_id) {
   absl::MutexLock lock(&mu_);
   cancels_.insert(seq_id);
   wake_ = true;
 }
 
-void Scheduler::WakeLoop() {
+void Scheduler::Impl::WakeLoop() {
   absl::MutexLock lock(&mu_);
   wake_ = true;
 }
 
-absl::Status Scheduler::Start() {
+absl::Status Scheduler::Impl::Start() {
   absl::MutexLock lock(&mu_);
   if (started_ || !accepting_) {
     return absl::FailedPreconditionError("scheduler already started or shut down");
@@ -178,7 +288,7 @@ absl::Status Scheduler::Start() {
   return absl::OkStatus();
 }
 
-void Scheduler::Shutdown(absl::Time deadline) {
+void Scheduler::Impl::Shutdown(absl::Time deadline) {
   bool started;
   {
     absl::MutexLock lock(&mu_);
@@ -196,17 +306,17 @@ void Scheduler::Shutdown(absl::Time deadline) {
   }
 }
 
-bool Scheduler::HasWork() const {
+bool Scheduler::Impl::HasWork() const {
   absl::MutexLock lock(&mu_);
   return has_work_;
 }
 
-SchedulerStats Scheduler::GetStats() const {
+SchedulerStats Scheduler::Impl::GetStats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
 }
 
-void Scheduler::Loop() {
+void Scheduler::Impl::Loop() {
   for (;;) {
     const int64_t progress = Step();
     absl::MutexLock lock(&mu_);
@@ -224,7 +334,7 @@ void Scheduler::Loop() {
   AbortAll(absl::UnavailableError("router is shutting down"));
 }
 
-void Scheduler::AbortAll(const absl::Status& status) {
+void Scheduler::Impl::AbortAll(const absl::Status& status) {
   DrainInbox();
   for (auto& [id, seq] : sequences_) {
     if (!seq->finished) Finish(*seq, FinishReason::kAbort, status);
@@ -233,15 +343,13 @@ void Scheduler::AbortAll(const absl::Status& status) {
   PublishStats(0, 0);
 }
 
-void Scheduler::DrainInbox() {
+void Scheduler::Impl::DrainInbox() {
   absl::flat_hash_set<SeqId> cancels;
   {
     absl::MutexLock lock(&mu_);
     for (auto& seq : inbox_) {
-      waiting_.insert(
-          std::upper_bound(waiting_.begin(), waiting_.end(), seq.get(), Before<Sequence>),
-          seq.get());
-      const SeqId id = seq->id;
+      InsertInOrder(&queues_.waiting, seq.get());
+      const SeqId id = seq->seq_id;
       sequences_.emplace(id, std::move(seq));
     }
     inbox_.clear();
@@ -254,7 +362,7 @@ void Scheduler::DrainInbox() {
   }
 }
 
-void Scheduler::ExpireDeadlines(absl::Time now) {
+void Scheduler::Impl::ExpireDeadlines(absl::Time now) {
   for (auto& [id, seq] : sequences_) {
     if (!seq->finished && seq->request.deadline <= now) {
       Finish(*seq, FinishReason::kAbort,
@@ -263,12 +371,12 @@ void Scheduler::ExpireDeadlines(absl::Time now) {
   }
 }
 
-void Scheduler::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
+void Scheduler::Impl::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
   if (seq.finished) return;
   seq.finished = true;
   if (seq.running) {
     // Freeing never fails for a sequence the manager holds; a failure is a scheduler bug.
-    const absl::Status freed = block_manager_->Free(seq.id);
+    const absl::Status freed = block_manager_->Free(seq.seq_id);
     MOE_DCHECK(freed.ok());
     (void)freed;
     seq.running = false;
@@ -290,176 +398,86 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, absl::Status status) 
   }
 }
 
-void Scheduler::Preempt(Sequence& seq) {
-  MOE_DCHECK(seq.running && !running_.empty() && running_.back() == &seq);
-  const absl::Status freed = block_manager_->Free(seq.id);
-  MOE_DCHECK(freed.ok());
-  (void)freed;
-  seq.running = false;
-  seq.num_slots = 0;
-  seq.num_computed = 0;
-  running_.pop_back();
-  // Ahead of every later arrival of its priority: it goes back to the front.
-  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), &seq, Before<Sequence>), &seq);
-  ++num_preemptions_;
-}
-
-void Scheduler::RemoveFinished() {
+void Scheduler::Impl::RemoveFinished() {
   if (!finished_any_) return;
   finished_any_ = false;
-  std::erase_if(running_, [](const Sequence* s) { return s->finished; });
-  std::erase_if(waiting_, [](const Sequence* s) { return s->finished; });
+  auto finished = [](SequenceState* s) { return Seq(s).finished; };
+  std::erase_if(queues_.running, finished);
+  std::erase_if(queues_.waiting, finished);
   absl::erase_if(sequences_, [](const auto& entry) { return entry.second->finished; });
 }
 
-void Scheduler::AddChunk(Sequence& seq, int64_t n) {
-  const int64_t start = seq.num_computed;
-  StepChunk chunk;
-  chunk.seq_id = seq.id;
-  chunk.token_ids = std::span<const int32_t>(seq.tokens.data() + start, n);
-  chunk.start_pos = static_cast<int32_t>(start);
-  chunk.want_logits = start + n == static_cast<int64_t>(seq.tokens.size());
-  chunks_.push_back(chunk);
-  chunk_seqs_.push_back(&seq);
-  seq.scheduled_step = num_steps_;
-}
-
-int64_t Scheduler::Step() {
+int64_t Scheduler::Impl::Step() {
   DrainInbox();
   const absl::Time start = clock_->Now();
   ExpireDeadlines(start);
   RemoveFinished();
+  auto has_room = [](const SequenceState& s) {
+    return static_cast<const Sequence&>(s).stream->HasRoom();
+  };
+  const StageContext ctx{.options = options_, .blocks = *block_manager_, .has_room = has_room};
+  PlanStep(ctx, &queues_, &plan_);
+  ApplyPlan(start);
+  const int64_t step_tokens = RunBatch();
+  RemoveFinished();
+  PublishStats(step_tokens, static_cast<int64_t>(chunks_.size()));
+  return step_tokens;
+}
 
+void Scheduler::Impl::AddChunk(const PlannedChunk& chunk) {
+  Sequence& seq = Seq(chunk.seq);
+  if (chunk.num_tokens == 0 || seq.finished) return;
+  StepChunk c;
+  c.seq_id = seq.seq_id;
+  c.token_ids = std::span<const int32_t>(seq.tokens.data() + chunk.start_pos,
+                                         static_cast<size_t>(chunk.num_tokens));
+  c.start_pos = static_cast<int32_t>(chunk.start_pos);
+  c.want_logits = chunk.want_logits;
+  chunks_.push_back(c);
+  chunk_seqs_.push_back(&seq);
+}
+
+void Scheduler::Impl::ApplyPlan(absl::Time start) {
+  num_preemptions_ += static_cast<int64_t>(plan_.preempted.size());
+  for (PlanFailure& f : plan_.failed) {
+    Finish(Seq(f.seq), FinishReason::kError, std::move(f.status));
+  }
+  for (const Admission& a : plan_.admissions) {
+    Sequence& seq = Seq(a.seq);
+    if (seq.admitted_once) continue;
+    seq.admitted_once = true;
+    seq.cached_prompt_tokens = a.num_cached_tokens;
+    seq.sampler = std::make_unique<engine::SequenceSampler>(
+        seq.request.sampling, absl::MakeConstSpan(seq.tokens.data(), seq.num_prompt), vocab_size_,
+        seq.seed);
+    if (metrics_ != nullptr) {
+      metrics_->queue_seconds.Observe(absl::ToDoubleSeconds(start - seq.arrival));
+      metrics_->prompt_tokens_total.Increment(static_cast<double>(seq.num_prompt));
+      metrics_->cached_prompt_tokens_total.Increment(static_cast<double>(a.num_cached_tokens));
+    }
+  }
+  for (const PlannedCopy& c : plan_.copies) {
+    Sequence& seq = Seq(c.seq);
+    if (seq.finished) continue;
+    if (absl::Status s = runner_->CopyBlock(c.op.src_block_id, c.op.dst_block_id); !s.ok()) {
+      Finish(seq, FinishReason::kError, std::move(s));  // RunBatch drops its chunk
+    }
+  }
+}
+
+int64_t Scheduler::Impl::RunBatch() {
   chunks_.clear();
   chunk_seqs_.clear();
-  int64_t budget = options_.max_batch_tokens;
-  bool preempted = false;
+  for (const PlannedChunk& c : plan_.decodes) AddChunk(c);
+  for (const PlannedChunk& c : plan_.prefills) AddChunk(c);
+  for (const Admission& a : plan_.admissions) AddChunk(a.chunk);
+  if (chunks_.empty()) return 0;
+  int64_t step_tokens = 0;
+  for (const StepChunk& c : chunks_) step_tokens += static_cast<int64_t>(c.token_ids.size());
 
-  // 1. Decodes, oldest first. A decode needs a slot for its newest token; when none is left,
-  //    the latest arrival that is not yet scheduled gives its blocks back (itself last).
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Sequence& seq = *running_[i];
-    const bool is_decode = seq.num_slots < static_cast<int64_t>(seq.tokens.size());
-    if (!is_decode || !seq.stream->HasRoom()) {
-      ++i;
-      continue;
-    }
-    bool self_preempted = false;
-    for (;;) {
-      auto need = block_manager_->NumBlocksForAppend(seq.id, 1);
-      if (!need.ok() || *need <= block_manager_->NumAvailableBlocks()) break;
-      if (running_.size() == 1) break;  // nothing else to take from: AppendTokens fails below
-      Sequence& victim = *running_.back();
-      Preempt(victim);
-      preempted = true;
-      if (&victim == &seq) {
-        self_preempted = true;
-        break;
-      }
-    }
-    if (self_preempted) break;  // it was the last running sequence left unscheduled
-    absl::StatusOr<std::vector<kv::CopyOp>> copies =
-        block_manager_->AppendTokens(seq.id, absl::MakeConstSpan(&seq.tokens.back(), 1));
-    absl::Status status = copies.status();
-    if (status.ok()) {
-      for (const kv::CopyOp& op : *copies) {
-        status = runner_->CopyBlock(op.src_block_id, op.dst_block_id);
-        if (!status.ok()) break;
-      }
-    }
-    if (!status.ok()) {
-      if (absl::IsResourceExhausted(status)) {
-        status = absl::ResourceExhaustedError(
-            absl::StrCat("sequence of ", seq.tokens.size(), " tokens outgrew the whole KV cache"));
-      }
-      Finish(seq, FinishReason::kError, std::move(status));
-      running_.erase(running_.begin() + i);
-      continue;
-    }
-    ++seq.num_slots;
-    AddChunk(seq, 1);
-    --budget;
-    ++i;
-  }
-
-  // 2. Prefills already running, oldest first, a chunk each.
-  for (Sequence* seq : running_) {
-    if (budget <= 0) break;
-    if (seq->scheduled_step == num_steps_ ||
-        seq->num_slots < static_cast<int64_t>(seq->tokens.size())) {
-      continue;
-    }
-    const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
-    const int64_t n = std::min({remaining, options_.chunked_prefill_size, budget});
-    if (n <= 0) continue;
-    if (seq->num_computed + n == static_cast<int64_t>(seq->tokens.size()) &&
-        !seq->stream->HasRoom()) {
-      continue;
-    }
-    AddChunk(*seq, n);
-    budget -= n;
-  }
-
-  // 3. Admissions, first come first served; a head that does not fit blocks the queue. Not in a
-  //    step that had to preempt (the cache is already short).
-  const int64_t bs = block_manager_->block_size();
-  while (!preempted && budget > 0 && !waiting_.empty() &&
-         static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
-    Sequence& seq = *waiting_.front();
-    const int64_t len = static_cast<int64_t>(seq.tokens.size());
-    if (!running_.empty()) {
-      // Keep a block of headroom per running sequence so admitting does not force the next
-      // decode step to preempt what was just admitted.
-      const int64_t matched = block_manager_->MatchPrefix(seq.tokens, seq.request.cache_salt);
-      const int64_t need = (len + bs - 1) / bs - matched / bs;
-      if (need + static_cast<int64_t>(running_.size()) > block_manager_->NumAvailableBlocks()) {
-        break;
-      }
-    }
-    absl::StatusOr<int64_t> cached =
-        block_manager_->Allocate(seq.id, seq.tokens, seq.request.cache_salt);
-    if (absl::IsResourceExhausted(cached.status())) break;
-    waiting_.pop_front();
-    if (!cached.ok()) {
-      Finish(seq, FinishReason::kError, cached.status());
-      continue;
-    }
-    seq.running = true;
-    seq.num_slots = len;
-    seq.num_computed = *cached;
-    running_.insert(
-        std::upper_bound(running_.begin(), running_.end(), &seq,
-                         [](const Sequence* a, const Sequence* b) { return a->id < b->id; }),
-        &seq);
-    if (!seq.admitted_once) {
-      seq.admitted_once = true;
-      seq.cached_prompt_tokens = *cached;
-      seq.sampler = std::make_unique<engine::SequenceSampler>(
-          seq.request.sampling, absl::MakeConstSpan(seq.tokens.data(), seq.num_prompt), vocab_size_,
-          seq.seed);
-      if (metrics_ != nullptr) {
-        metrics_->queue_seconds.Observe(absl::ToDoubleSeconds(start - seq.arrival));
-        metrics_->prompt_tokens_total.Increment(static_cast<double>(seq.num_prompt));
-        metrics_->cached_prompt_tokens_total.Increment(static_cast<double>(*cached));
-      }
-    }
-    const int64_t n = std::min({len - seq.num_computed, options_.chunked_prefill_size, budget});
-    if (seq.num_computed + n == len && !seq.stream->HasRoom()) continue;
-    AddChunk(seq, n);
-    budget -= n;
-  }
-
-  const int64_t step_tokens = options_.max_batch_tokens - budget;
-  const int64_t step_seqs = static_cast<int64_t>(chunks_.size());
-  if (chunks_.empty()) {
-    RemoveFinished();
-    PublishStats(0, 0);
-    return 0;
-  }
-
-  // Block tables are final only now (appends and admissions above may have moved them).
+  // Block tables are final only now (appends and admissions may have moved them).
   for (size_t i = 0; i < chunks_.size(); ++i) {
-    auto table = block_manager_->BlockTable(chunk_seqs_[i]->id);
+    auto table = block_manager_->BlockTable(chunk_seqs_[i]->seq_id);
     MOE_DCHECK(table.ok());
     chunks_[i].block_table = std::span<const int32_t>(table->data(), table->size());
   }
@@ -479,7 +497,7 @@ int64_t Scheduler::Step() {
         continue;
       }
       seq.num_computed += static_cast<int64_t>(chunks_[i].token_ids.size());
-      absl::Status marked = block_manager_->MarkComputed(seq.id, seq.num_computed);
+      absl::Status marked = block_manager_->MarkComputed(seq.seq_id, seq.num_computed);
       if (!marked.ok()) {
         Finish(seq, FinishReason::kError, std::move(marked));
         continue;
@@ -490,12 +508,10 @@ int64_t Scheduler::Step() {
       }
     }
   }
-  RemoveFinished();
-  PublishStats(step_tokens, step_seqs);
   return step_tokens;
 }
 
-void Scheduler::ProcessLogits(Sequence& seq, const float* logits, absl::Time now) {
+void Scheduler::Impl::ProcessLogits(Sequence& seq, const float* logits, absl::Time now) {
   const generation::SamplingParams& params = seq.request.sampling;
   if (params.max_tokens == 0) {
     Finish(seq, FinishReason::kLength, absl::OkStatus());
@@ -526,14 +542,14 @@ void Scheduler::ProcessLogits(Sequence& seq, const float* logits, absl::Time now
   }
 }
 
-void Scheduler::PublishStats(int64_t step_tokens, int64_t step_seqs) {
+void Scheduler::Impl::PublishStats(int64_t step_tokens, int64_t step_seqs) {
   const kv::BlockManagerStats kv_stats = block_manager_->GetStats();
   absl::Time next_deadline = absl::InfiniteFuture();
   for (const auto& [id, seq] : sequences_) {
     next_deadline = std::min(next_deadline, seq->request.deadline);
   }
-  const int64_t num_running = static_cast<int64_t>(running_.size());
-  const int64_t num_waiting = static_cast<int64_t>(waiting_.size());
+  const int64_t num_running = static_cast<int64_t>(queues_.running.size());
+  const int64_t num_waiting = static_cast<int64_t>(queues_.waiting.size());
   if (metrics_ != nullptr) {
     metrics_->requests_running.Set(static_cast<double>(num_running));
     metrics_->requests_waiting.Set(static_cast<double>(num_waiting));

@@ -247,6 +247,40 @@ TEST(SchedulerTest, LowerPriorityValueIsAdmittedFirst) {
   EXPECT_THAT(h.scheduler->Submit(bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// request.h: a lower priority value is the last to be preempted. The urgent request arrives
+// second (a higher seq id) so that an order by seq id alone would preempt it instead.
+TEST(SchedulerTest, PreemptionTakesTheLowestPriorityFirst) {
+  // 6 blocks of 4 slots: both 7-token prompts fit (2 blocks each), both grow into a third block,
+  // and at position 12 the cache is dry: one of them must give its blocks back.
+  Harness h(SchedulerOptions{}, FakeModelRunnerOptions{.num_kv_blocks = 6, .kv_block_size = 4});
+  GenerateRequest background = GreedyRequest(Tokens(7, 1), 12);
+  background.priority = 5;
+  GenerateRequest urgent = GreedyRequest(Tokens(7, 2), 12);
+  urgent.priority = -1;
+  auto s_background = h.Submit(background);
+  auto s_urgent = h.Submit(urgent);
+  const common::SeqId background_id = h.ids[0], urgent_id = h.ids[1];
+  Collected out_background, out_urgent;
+  for (int i = 0; i < 100 && h.scheduler->GetStats().num_preemptions == 0; ++i) {
+    h.scheduler->Step();
+    Poll(*s_background, &out_background);
+    Poll(*s_urgent, &out_urgent);
+  }
+  ASSERT_EQ(h.scheduler->GetStats().num_preemptions, 1);
+  EXPECT_TRUE(h.blocks().HasSequence(urgent_id)) << h.blocks().DebugString();
+  EXPECT_FALSE(h.blocks().HasSequence(background_id)) << h.blocks().DebugString();
+  EXPECT_GT(out_urgent.token_ids.size(), out_background.token_ids.size());
+  // Preemption by recompute changes no output.
+  auto rest = h.RunAll({s_background, s_urgent});
+  out_background.token_ids.insert(out_background.token_ids.end(), rest[0].token_ids.begin(),
+                                  rest[0].token_ids.end());
+  out_urgent.token_ids.insert(out_urgent.token_ids.end(), rest[1].token_ids.begin(),
+                              rest[1].token_ids.end());
+  EXPECT_THAT(out_background.token_ids, ElementsAreArray(Reference(Tokens(7, 1), 12)));
+  EXPECT_THAT(out_urgent.token_ids, ElementsAreArray(Reference(Tokens(7, 2), 12)));
+  ExpectAllBlocksReleased(h.blocks());
+}
+
 TEST(SchedulerTest, LogprobsTravelWithTheirTokens) {
   Harness h;
   GenerateRequest r = GreedyRequest(Tokens(6, 1), 3);
