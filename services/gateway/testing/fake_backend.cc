@@ -107,7 +107,9 @@ bool FakeBackend::WaitForCancelled(int n, absl::Duration timeout) const {
 
 bool FakeBackend::WaitForIdle(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return streams_.empty() && !delivering_;
+  };
   return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
 }
 
@@ -221,6 +223,7 @@ void FakeBackend::Loop() {
         mu_.AwaitWithDeadline(absl::Condition(&wake), next);
         continue;
       }
+      delivering_ = true;
     }
     for (Action& a : actions) {
       if (a.update) {
@@ -229,6 +232,8 @@ void FakeBackend::Loop() {
         a.observer->OnFailed(a.failure);
       }
     }
+    absl::MutexLock lock(&mu_);
+    delivering_ = false;
   }
 }
 

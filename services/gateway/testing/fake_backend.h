@@ -58,7 +58,7 @@ class FakeBackend final : public GenerateBackend {
   GenerateRequest last_request() const;
   // Blocks until num_cancelled() >= n or `timeout` passes; returns whether it got there.
   bool WaitForCancelled(int n, absl::Duration timeout) const;
-  // Blocks until num_active() == 0 or `timeout` passes.
+  // Blocks until num_active() == 0 and every observer callback has returned, or `timeout` passes.
   bool WaitForIdle(absl::Duration timeout) const;
   // Blocks until `n` streams are held (at hold_after_tokens) or `timeout` passes.
   bool WaitForHeld(int n, absl::Duration timeout) const;
@@ -86,6 +86,8 @@ class FakeBackend final : public GenerateBackend {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  // The loop is running observers' callbacks outside mu_ (WaitForIdle waits for them too).
+  bool delivering_ ABSL_GUARDED_BY(mu_) = false;
   GenerateRequest last_request_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
