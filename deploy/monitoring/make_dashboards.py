@@ -88,4 +88,7 @@ k.panel("TTS first chunk p50 / p99", [(f'histogram_quantile(0.99, sum by (le) (r
 KV=[D.var("namespace",'label_values(up{job=~"kv-store|asr|tts"}, namespace)',"Namespace")]
 kvd=dashboard("moe-kv-voice","MoE cluster: kv-store and voice","The kv-store's L2/L3 tiers and the asr/tts services (rendered when they are enabled).",k,KV,["moe","inference"])
 out=sys.argv[1]
-json.dump(main, open(out+"/moe-cluster.json","w"), indent=2); json.dump(kvd, open(out+"/moe-kv-voice.json","w"), indent=2)
+for name, d in (("moe-cluster.json", main), ("moe-kv-voice.json", kvd)):
+    with open(out + "/" + name, "w") as f:
+        json.dump(d, f, indent=2)
+        f.write("\n")
