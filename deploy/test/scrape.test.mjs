@@ -125,6 +125,11 @@ const targets = () => [
 
 test('promtool check metrics passes on every service\'s /metrics', { skip }, async () => {
   await traffic();
+  // The router refreshes its expert-load gauges on its probe interval (experts.probe_interval).
+  await until('the router\'s expert gauges', async () => {
+    const text = await (await fetch(`http://127.0.0.1:${router.ports.metrics}/metrics`)).text();
+    return ['moe_expert_balancedness{', 'moe_expert_hot_share{', 'moe_expert_tokens_total{'].every((m) => text.includes(m));
+  }, 10000);
   const problems = [];
   for (const t of targets()) {
     const text = await (await fetch(`http://127.0.0.1:${t.addr}/metrics`)).text();

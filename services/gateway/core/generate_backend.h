@@ -31,6 +31,9 @@ struct SamplingParams {
 
 struct GenerateRequest {
   std::string request_id;
+  // The HTTP request's x-request-id (the client's or the gateway's, core/request_id.h): sent to
+  // the router as gRPC metadata for its log lines. Unlike request_id it need not be unique.
+  std::string http_request_id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling;
   int32_t max_tokens = 0;  // 0 = until a stop token or the context length
