@@ -66,7 +66,8 @@ done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$http/readyz")" = 200 ] ||
   { echo "FAIL: gateway not ready"; podman logs "$pod-gateway"; podman logs "$pod-router"; exit 1; }
 [ "$(curl -s "http://$metrics/healthz")" = ok ] || { echo "FAIL: router /healthz"; exit 1; }
-curl -s "http://$metrics/metrics" | grep -q '^moe_requests_running' || { echo "FAIL: router /metrics"; exit 1; }
+scrape=$(curl -s "http://$metrics/metrics")  # not piped into grep -q: pipefail and SIGPIPE
+grep -q '^moe_requests_running' <<<"$scrape" || { echo "FAIL: router /metrics"; exit 1; }
 step "router and gateway healthy on $metrics and $http"
 
 body=$(curl -s "http://$http/v1/completions" -H 'Content-Type: application/json' \
