@@ -147,7 +147,11 @@ test('sidecar experts: workers in the router pod, sharing an emptyDir in memory 
   const routerCfg = YAML.parse(cm.data['router.yaml']);
   assert.deepEqual(routerCfg.experts.workers, ['127.0.0.1:50052', '127.0.0.1:50053']);
   assert.deepEqual(routerCfg.experts.placement, ['*:0-3=0', '*:4-7=1']);
-  assert.equal(YAML.parse(cm.data['expert-worker-hi.yaml']).grpc.host, '127.0.0.1');
+  assert.equal(YAML.parse(cm.data['expert-worker-hi.yaml']).grpc.port, 50053);
+  // kubelet's probes dial the pod IP; the NetworkPolicy keeps the worker ports closed to other pods
+  const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.spec.podSelector.matchLabels['app.kubernetes.io/component'] === 'router');
+  const open = np.spec.ingress.flatMap((r) => r.ports.map((p) => p.port));
+  assert.deepEqual(open, ['grpc', 'metrics', 'metrics-w0', 'metrics-w1']);
 });
 
 test('placement: worker ids in pool order, one entry per pool and expert spec', () => {

@@ -41,11 +41,13 @@
 {{- $v := .root.Values -}}
 {{- $grpcPort := int $v.ports.expertGrpc -}}
 {{- $metricsPort := int $v.ports.metrics -}}
+{{- /* Sidecars: one port pair per pool in the shared pod network. They bind 0.0.0.0 like every
+     service in a pod (kubelet's gRPC probes dial the pod IP); the router dials 127.0.0.1 and the
+     NetworkPolicy opens no worker port of a router pod to other pods. */ -}}
 {{- $host := "0.0.0.0" -}}
 {{- if $v.routers.sidecarExperts -}}
 {{- $grpcPort = add $grpcPort .index | int -}}
 {{- $metricsPort = add $metricsPort 1 .index | int -}}
-{{- $host = "127.0.0.1" -}}
 {{- end -}}
 {{- $base := dict
   "core" (dict "model_dir" (include "moe.modelDir" .root) "experts" .pool.experts "activations" $v.numerics.activations)
