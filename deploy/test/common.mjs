@@ -1,6 +1,6 @@
 // Shared helpers of the deploy tests: paths, the two pinned Helm binaries, YAML.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -19,6 +19,7 @@ export const HELMS = {
 };
 
 const helmHome = mkdtempSync(path.join(tmpdir(), 'moe-helm-'));
+process.on('exit', () => rmSync(helmHome, { recursive: true, force: true }));
 export function helm(which, args) {
   const r = spawnSync(HELMS[which].bin, args, {
     encoding: 'utf8', maxBuffer: 64 << 20,

@@ -8,7 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import YAML from 'yaml';
@@ -248,6 +248,7 @@ test('every rendered service config is accepted by its binary (--print_config)',
       checked++;
     }
   }
+  rmSync(dir, { recursive: true, force: true });
   assert.ok(checked >= 12, `${checked} configs checked`);
 });
 
@@ -257,6 +258,7 @@ test('generated files are up to date', () => {
     const target = out.endsWith('.json') ? path.join(dir, path.basename(out)) : dir;
     const r = spawnSync('python3', [path.join(deploy, 'monitoring', script), target], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
     return dir;
   };
   const schemaDir = gen('make_values_schema.py', 'values.schema.json');
