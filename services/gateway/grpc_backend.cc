@@ -12,6 +12,7 @@
 #include "common/grpc/status.h"
 #include "grpcpp/grpcpp.h"
 #include "moe/router/v1/router.grpc.pb.h"
+#include "services/gateway/core/request_id.h"
 
 namespace moe::gateway {
 namespace {
@@ -314,6 +315,9 @@ void CallState::StartAttempt() {
     absl::MutexLock lock(&mu_);
     cancelled = cancelled_;
     if (!cancelled) context_ = reactor->context();
+  }
+  if (!request_.http_request_id.empty()) {
+    reactor->context()->AddMetadata(kRequestIdHeader, request_.http_request_id);
   }
   if (cancelled) {
     delete reactor;

@@ -22,6 +22,7 @@
 #include "common/base/log.h"
 #include "services/gateway/core/api_error.h"
 #include "services/gateway/core/gateway_metrics.h"
+#include "services/gateway/core/request_id.h"
 
 namespace moe::gateway {
 namespace {
@@ -307,6 +308,9 @@ void Connection::OnRead(beast::error_code ec) {
     request.authorization = std::string(it->value());
   }
   request.client = client_;
+  if (auto it = req.find(kRequestIdHeader); it != req.end()) {
+    request.request_id = std::string(it->value());
+  }
   request.body = std::move(req.body());
   state_ = State::kHandling;
   ++seq_;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/log.h"
 #include "common/grpc/status.h"
 #include "services/router/placement_proto.h"
 
@@ -31,6 +32,32 @@ pb::FinishReason ToProto(FinishReason reason) {
 
 bool PrintableAscii(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+// The gateway's x-request-id metadata (the id a client can follow through every log line), or
+// "-" when absent or not printable.
+std::string HttpRequestId(const ::grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("x-request-id");
+  if (it == metadata.end()) return "-";
+  std::string id(it->second.data(), it->second.size());
+  if (id.empty() || id.size() > 128 || !PrintableAscii(id)) return "-";
+  return id;
+}
+
+const char* FinishReasonName(pb::FinishReason reason) {
+  switch (reason) {
+    case pb::FINISH_REASON_STOP:
+      return "stop";
+    case pb::FINISH_REASON_LENGTH:
+      return "length";
+    case pb::FINISH_REASON_ABORT:
+      return "abort";
+    case pb::FINISH_REASON_ERROR:
+      return "error";
+    default:
+      return "none";
+  }
 }
 
 // How often a waiting Generate call looks at whether its client is still there.
@@ -106,8 +133,14 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
 ::grpc::Status RouterServer::Generate(::grpc::ServerContext* context,
                                       const pb::GenerateRequest* request,
                                       ::grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  // One log line per request, with the gateway's x-request-id (deploy/RUNBOOK.md).
+  const std::string http_id = HttpRequestId(*context);
   absl::StatusOr<GenerateRequest> converted = FromProto(*request);
-  if (!converted.ok()) return common::rpc::ToGrpcStatus(converted.status());
+  if (!converted.ok()) {
+    MOE_LOG_INFO("router: {} {} refused: {}", http_id, request->request_id(),
+                 converted.status().ToString());
+    return common::rpc::ToGrpcStatus(converted.status());
+  }
   const std::string& request_id = request->request_id();
   if (!request_id.empty()) {
     absl::MutexLock lock(&mu_);
@@ -124,6 +157,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   absl::StatusOr<SubmittedRequest> submitted = scheduler_->Submit(*std::move(converted));
   if (!submitted.ok()) {
     release_id();
+    MOE_LOG_WARN("router: {} {} refused: {}", http_id, request_id, submitted.status().ToString());
     return common::rpc::ToGrpcStatus(submitted.status());
   }
   bool cancelled = false;
@@ -154,6 +188,15 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
       usage->set_completion_tokens(static_cast<int32_t>(event->usage.completion_tokens));
       usage->set_cached_prompt_tokens(static_cast<int32_t>(event->usage.cached_prompt_tokens));
       if (!event->status.ok()) response.set_error_message(std::string(event->status.message()));
+      if (event->status.ok()) {
+        MOE_LOG_INFO("router: {} {} finished {}: {} prompt ({} cached) + {} generated tokens",
+                     http_id, request_id, FinishReasonName(response.finish_reason()),
+                     usage->prompt_tokens(), usage->cached_prompt_tokens(),
+                     usage->completion_tokens());
+      } else {
+        MOE_LOG_WARN("router: {} {} finished {}: {}", http_id, request_id,
+                     FinishReasonName(response.finish_reason()), event->status.ToString());
+      }
     }
     if (!cancelled && !writer->Write(response)) {
       // The client is gone: free its blocks, then wait for the scheduler to confirm.

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/completion_session.h"
 #include "services/gateway/core/openai_response.h"
+#include "services/gateway/core/request_id.h"
 
 namespace moe::gateway {
 namespace {
@@ -147,6 +148,13 @@ void Gateway::Reject(ResponseWriter& writer, const ApiError& error, const char* 
 
 CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
   const std::string path = request.target.substr(0, request.target.find('?'));
+  if (path != "/healthz" && path != "/readyz" && path != "/metrics") {
+    // Every API answer carries the request's id (core/request_id.h); probes and scrapes do not
+    // need one, nor a log line each.
+    if (!IsValidRequestId(request.request_id)) request.request_id = NewRequestId("req-");
+    writer = WithRequestId(std::move(writer), request.request_id,
+                           absl::StrCat(request.method, " ", path));
+  }
   const bool get = request.method == "GET" || request.method == "HEAD";
   const bool post = request.method == "POST";
   auto expect = [&](bool ok) {
@@ -355,6 +363,7 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
 
   GenerateRequest generate;
   generate.request_id = params.meta.id;
+  generate.http_request_id = http.request_id;
   generate.prompt_token_ids = std::move(*prompt);
   generate.sampling = std::move(request.sampling);
   generate.sampling.max_tokens = max_tokens;

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "services/gateway/core/request_id.h"
 #include "services/gateway/testing/fake_backend.h"
 #include "services/gateway/testing/test_tokenizer.h"
 
@@ -347,6 +348,60 @@ TEST_F(GatewayTest, FailureAfterTheStreamStartedIsAnSseErrorEvent) {
   Json error = Json::parse(events[events.size() - 2]);
   EXPECT_EQ(error["error"]["type"], "server_error");
   EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("injected failure"));
+}
+
+TEST_F(GatewayTest, ClientRequestIdIsReturnedAndSentToTheBackend) {
+  Init();
+  auto writer = std::make_shared<RecordingWriter>();
+  HttpRequest request{"POST", "/v1/completions", "", "10.0.0.1",
+                      R"({"model":"tiny","prompt":"abc","max_tokens":2})"};
+  request.request_id = "client-id-42";
+  gateway_->Handle(request, writer);
+  writer->Wait();
+  EXPECT_EQ(writer->status(), 200);
+  EXPECT_EQ(writer->header("x-request-id"), "client-id-42");
+  EXPECT_EQ(backend_->last_request().http_request_id, "client-id-42");
+  EXPECT_THAT(backend_->last_request().request_id, ::testing::StartsWith("cmpl-"));
+}
+
+TEST_F(GatewayTest, RequestIdIsMadeWhenAbsentOrUnsafe) {
+  Init();
+  Answer a = Call("GET", "/v1/models");
+  const std::string made = a.writer->header("x-request-id");
+  EXPECT_THAT(made, ::testing::StartsWith("req-"));
+  EXPECT_TRUE(IsValidRequestId(made));
+  auto writer = std::make_shared<RecordingWriter>();
+  HttpRequest request{"GET", "/v1/models", "", "10.0.0.1", ""};
+  request.request_id = "bad id\r\nx: y";
+  gateway_->Handle(request, writer);
+  writer->Wait();
+  EXPECT_THAT(writer->header("x-request-id"), ::testing::StartsWith("req-"));
+  EXPECT_FALSE(IsValidRequestId(std::string(129, 'a')));
+  EXPECT_EQ(Call("GET", "/healthz").writer->header("x-request-id"), "");
+}
+
+TEST_F(GatewayTest, ErrorBodiesCarryTheRequestId) {
+  FakeBackendOptions fb;
+  fb.error_after_tokens = 2;
+  Init(fb);
+  auto writer = std::make_shared<RecordingWriter>();
+  HttpRequest bad{"POST", "/v1/completions", "", "10.0.0.1",
+                  R"({"model":"tiny","prompt":"x","max_tokens":-1})"};
+  bad.request_id = "id-bad";
+  gateway_->Handle(bad, writer);
+  writer->Wait();
+  EXPECT_EQ(writer->status(), 400);
+  EXPECT_EQ(Json::parse(writer->body())["error"]["request_id"], "id-bad");
+  // A failure after the stream started: the SSE error event carries it too.
+  auto stream = std::make_shared<RecordingWriter>();
+  HttpRequest streamed{"POST", "/v1/completions", "", "10.0.0.1",
+                       R"({"model":"tiny","prompt":"abcdef","max_tokens":10,"stream":true})"};
+  streamed.request_id = "id-stream";
+  gateway_->Handle(streamed, stream);
+  stream->Wait();
+  std::vector<std::string> events = Events(stream->body());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(Json::parse(events[events.size() - 2])["error"]["request_id"], "id-stream");
 }
 
 TEST_F(GatewayTest, DrainingRefusesNewRequestsAndIsNotReady) {

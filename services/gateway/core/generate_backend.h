@@ -20,6 +20,9 @@ namespace moe::gateway {
 
 struct GenerateRequest {
   std::string request_id;
+  // The HTTP request's x-request-id (the client's or the gateway's, core/request_id.h): sent to
+  // the router as gRPC metadata for its log lines. Unlike request_id it need not be unique.
+  std::string http_request_id;
   std::vector<int32_t> prompt_token_ids;
   // How tokens are chosen and when generation stops: temperature ... logit_bias, max_tokens,
   // stop_token_ids, ignore_eos, logprobs (-1: none, else the number of top alternatives in

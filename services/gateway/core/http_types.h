@@ -18,6 +18,7 @@ struct HttpRequest {
   std::string authorization;  // the Authorization header, "" when absent
   std::string client;         // remote address ("127.0.0.1"), for per-client rate limits
   std::string body;
+  std::string request_id;  // the x-request-id header, "" when absent (core/request_id.h)
 };
 
 struct HttpResponse {

@@ -69,7 +69,8 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
     }
   }
   if (registry != nullptr) {
-    core->metrics_ = std::make_unique<RouterMetrics>(*registry, core->model_name_);
+    core->metrics_ =
+        std::make_unique<RouterMetrics>(*registry, core->model_name_, options.vllm_metric_aliases);
   }
   ASSIGN_OR_RETURN(core->scheduler_,
                    Scheduler::Create(scheduler_options, std::move(block_manager),

@@ -47,6 +47,10 @@ struct RouterCoreOptions {
   // setting; bf16 (opt-in, bf16 weights, fastest on AVX-512 BF16) needs the same value on every
   // router and expert worker.
   kernels::Activations activations = kernels::Activations::kF32;
+  // Also export vllm:num_requests_waiting and vllm:kv_cache_usage_perc (the names Gateway API
+  // Inference Extension endpoint pickers read by default). Off: `promtool check metrics` rejects
+  // the ':' in them; point the picker at moe_requests_waiting / moe_kv_usage_ratio{tier="l1"}.
+  bool vllm_metric_aliases = false;
   SchedulerOptions scheduler;
 
   static void Describe(common::config::Schema<RouterCoreOptions>& s) {
@@ -67,6 +71,8 @@ struct RouterCoreOptions {
     s.AddEnum("activations", &RouterCoreOptions::activations,
               {{"f32", kernels::Activations::kF32}, {"bf16", kernels::Activations::kBf16}},
               "activation numerics, cluster-wide (bf16: opt-in, bf16 weights)");
+    s.Add("vllm_metric_aliases", &RouterCoreOptions::vllm_metric_aliases,
+          "also export vllm:num_requests_waiting, vllm:kv_cache_usage_perc (GIE)");
     s.Section("scheduler", &RouterCoreOptions::scheduler);
   }
   absl::Status Validate() const;

@@ -6,7 +6,8 @@ using common::metrics::Labels;
 using common::metrics::LatencyBuckets;
 }  // namespace
 
-RouterMetrics::RouterMetrics(common::metrics::Registry& r, const std::string& model)
+RouterMetrics::RouterMetrics(common::metrics::Registry& r, const std::string& model,
+                             bool vllm_aliases)
     : ttft_seconds(r.AddHistogram("moe_request_ttft_seconds", "Time to first token.",
                                   LatencyBuckets(), {{"model", model}})),
       tpot_seconds(r.AddHistogram("moe_request_tpot_seconds",
@@ -34,13 +35,15 @@ RouterMetrics::RouterMetrics(common::metrics::Registry& r, const std::string& mo
       prefix_cache_queries_total_l1(r.AddCounter(
           "moe_prefix_cache_queries_total", "Prefix cache lookups, in blocks.", {{"tier", "l1"}})),
       prefix_cache_hits_total_l1(r.AddCounter("moe_prefix_cache_hits_total",
-                                              "Prefix cache hits, in blocks.", {{"tier", "l1"}})),
-      vllm_num_requests_waiting(r.AddGauge("vllm:num_requests_waiting",
-                                           "Requests waiting (Gateway API Inference Extension).",
-                                           {{"model_name", model}})),
-      vllm_kv_cache_usage_perc(r.AddGauge(
-          "vllm:kv_cache_usage_perc", "KV cache usage in [0, 1] (Gateway API Inference Extension).",
-          {{"model_name", model}})) {
+                                              "Prefix cache hits, in blocks.", {{"tier", "l1"}})) {
+  if (vllm_aliases) {
+    vllm_num_requests_waiting =
+        &r.AddGauge("vllm:num_requests_waiting",
+                    "Requests waiting (Gateway API Inference Extension).", {{"model_name", model}});
+    vllm_kv_cache_usage_perc = &r.AddGauge(
+        "vllm:kv_cache_usage_perc", "KV cache usage in [0, 1] (Gateway API Inference Extension).",
+        {{"model_name", model}});
+  }
   using generation::FinishReason;
   for (FinishReason reason :
        {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort, FinishReason::kError}) {

@@ -1,5 +1,8 @@
 // The router's request and L1-cache metrics, with the exact names of DESIGN.md §5 (dashboards and
-// alert rules use them), plus the two gauges Gateway-API-Inference-Extension gateways route on.
+// alert rules use them), plus, when asked (core.vllm_metric_aliases), the two gauges
+// Gateway-API-Inference-Extension gateways route on under vLLM's names. Those are off by default:
+// `promtool check metrics` rejects the ':' in them, and an endpoint picker can read
+// moe_requests_waiting and moe_kv_usage_ratio{tier="l1"} instead (DESIGN.md §5).
 #pragma once
 
 #include <array>
@@ -12,8 +15,10 @@ namespace moe::router {
 
 // Built once per scheduler from an injected registry. Thread-safe (prometheus-cpp series are).
 struct RouterMetrics {
-  // `model` is the value of the `model` label (the served model's name).
-  RouterMetrics(common::metrics::Registry& registry, const std::string& model);
+  // `model` is the value of the `model` label (the served model's name). `vllm_aliases` also
+  // registers vllm:num_requests_waiting and vllm:kv_cache_usage_perc.
+  RouterMetrics(common::metrics::Registry& registry, const std::string& model,
+                bool vllm_aliases = false);
 
   common::metrics::Histogram& ttft_seconds;   // arrival -> first token
   common::metrics::Histogram& tpot_seconds;   // (last token - first token) / (tokens - 1)
@@ -29,8 +34,9 @@ struct RouterMetrics {
   common::metrics::Gauge& kv_usage_ratio_l1;                // moe_kv_usage_ratio{tier="l1"}
   common::metrics::Counter& prefix_cache_queries_total_l1;  // in blocks
   common::metrics::Counter& prefix_cache_hits_total_l1;     // in blocks
-  common::metrics::Gauge& vllm_num_requests_waiting;        // vllm:num_requests_waiting
-  common::metrics::Gauge& vllm_kv_cache_usage_perc;         // vllm:kv_cache_usage_perc, [0, 1]
+  // Null unless vllm_aliases.
+  common::metrics::Gauge* vllm_num_requests_waiting = nullptr;  // vllm:num_requests_waiting
+  common::metrics::Gauge* vllm_kv_cache_usage_perc = nullptr;   // vllm:kv_cache_usage_perc, [0, 1]
 
   common::metrics::Counter& requests(generation::FinishReason reason) {
     return *requests_total[static_cast<int>(reason)];

@@ -553,9 +553,11 @@ void Scheduler::Impl::PublishStats(int64_t step_tokens, int64_t step_seqs) {
   if (metrics_ != nullptr) {
     metrics_->requests_running.Set(static_cast<double>(num_running));
     metrics_->requests_waiting.Set(static_cast<double>(num_waiting));
-    metrics_->vllm_num_requests_waiting.Set(static_cast<double>(num_waiting));
     metrics_->kv_usage_ratio_l1.Set(kv_stats.usage_ratio);
-    metrics_->vllm_kv_cache_usage_perc.Set(kv_stats.usage_ratio);
+    if (metrics_->vllm_num_requests_waiting != nullptr) {
+      metrics_->vllm_num_requests_waiting->Set(static_cast<double>(num_waiting));
+      metrics_->vllm_kv_cache_usage_perc->Set(kv_stats.usage_ratio);
+    }
     metrics_->prefix_cache_queries_total_l1.Increment(
         static_cast<double>(kv_stats.prefix_cache_queries - last_prefix_queries_));
     metrics_->prefix_cache_hits_total_l1.Increment(

@@ -1,0 +1,92 @@
+{{/* Each service's YAML config (--config /etc/moe/<role>.yaml). The chart's part first, then
+     the role's `config` values merged over it; pod-specific values come as --set flags. */}}
+
+{{- define "moe.config.gateway" -}}
+{{- $v := .Values -}}
+{{- $base := dict
+  "model_dir" (include "moe.modelDir" .)
+  "model_id" $v.model.name
+  "max_model_len" (int $v.model.maxModelLen)
+  "log_level" $v.logLevel
+  "http" (dict "host" "0.0.0.0" "port" (int $v.ports.gatewayHttp))
+  "routing" (dict "routers" (include "moe.routerAddresses" . | fromJsonArray))
+-}}
+{{- if $v.gateway.apiKeysSecret -}}
+{{- $_ := set $base "auth" (dict "api_keys_file" "/etc/moe-secrets/api-keys") -}}
+{{- end -}}
+{{- with $v.routers.config.core -}}{{- with .block_size -}}{{- $_ := set $base.routing "block_size" . -}}{{- end -}}{{- end -}}
+{{- toYaml (mustMergeOverwrite $base (deepCopy ($v.gateway.config | default dict))) -}}
+{{- end -}}
+
+{{- define "moe.config.router" -}}
+{{- $v := .Values -}}
+{{- $base := dict
+  "core" (dict "model_dir" (include "moe.modelDir" .) "model_name" $v.model.name "activations" $v.numerics.activations)
+  "grpc" (dict "host" "0.0.0.0" "port" (int $v.ports.routerGrpc))
+  "metrics" (dict "host" "0.0.0.0" "port" (int $v.ports.metrics))
+  "log_level" $v.logLevel
+-}}
+{{- $workers := include "moe.expertWorkers" . | fromJsonArray -}}
+{{- if $workers -}}
+{{- $_ := set $base "experts" (dict "workers" $workers "placement" (include "moe.placement" . | fromJsonArray) "utilisation_threshold" $v.placement.utilisationThreshold) -}}
+{{- end -}}
+{{- if $v.kvStore.enabled -}}
+{{- $_ := set $base "kv_store" (dict "targets" (include "moe.kvStoreAddresses" . | fromJsonArray)) -}}
+{{- end -}}
+{{- toYaml (mustMergeOverwrite $base (deepCopy ($v.routers.config | default dict))) -}}
+{{- end -}}
+
+{{/* (dict "root" $ "pool" POOL "index" I) */}}
+{{- define "moe.config.expertWorker" -}}
+{{- $v := .root.Values -}}
+{{- $grpcPort := int $v.ports.expertGrpc -}}
+{{- $metricsPort := int $v.ports.metrics -}}
+{{- /* Sidecars: one port pair per pool in the shared pod network. They bind 0.0.0.0 like every
+     service in a pod (kubelet's gRPC probes dial the pod IP); the router dials 127.0.0.1 and the
+     NetworkPolicy opens no worker port of a router pod to other pods. */ -}}
+{{- $host := "0.0.0.0" -}}
+{{- if $v.routers.sidecarExperts -}}
+{{- $grpcPort = add $grpcPort .index | int -}}
+{{- $metricsPort = add $metricsPort 1 .index | int -}}
+{{- end -}}
+{{- $base := dict
+  "core" (dict "model_dir" (include "moe.modelDir" .root) "experts" .pool.experts "activations" $v.numerics.activations)
+  "grpc" (dict "host" $host "port" $grpcPort)
+  "metrics" (dict "host" "0.0.0.0" "port" $metricsPort)
+  "log_level" $v.logLevel
+-}}
+{{- toYaml (mustMergeOverwrite $base (deepCopy (.pool.config | default dict))) -}}
+{{- end -}}
+
+{{- define "moe.kvStoreAddresses" -}}
+{{- $root := . -}}
+{{- $name := include "moe.component" (dict "root" $root "component" "kv-store") -}}
+{{- $out := list -}}
+{{- range $i := until (int .Values.kvStore.replicas) -}}
+{{- $out = append $out (printf "%s:%d" (include "moe.podDns" (dict "root" $root "sts" $name "service" $name "ordinal" $i)) (int $root.Values.ports.kvStoreGrpc)) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{- define "moe.config.kvStore" -}}
+{{- $v := .Values -}}
+{{- $base := dict
+  "core" (dict "model_name" $v.model.name "l2_bytes" (int64 $v.kvStore.l2Bytes) "l3_dir" $v.kvStore.l3.mountPath)
+  "grpc" (dict "host" "0.0.0.0" "port" (int $v.ports.kvStoreGrpc))
+  "metrics" (dict "host" "0.0.0.0" "port" (int $v.ports.metrics))
+  "log_level" $v.logLevel
+-}}
+{{- toYaml (mustMergeOverwrite $base (deepCopy ($v.kvStore.config | default dict))) -}}
+{{- end -}}
+
+{{/* (dict "root" $ "role" "asr"|"tts") */}}
+{{- define "moe.config.voice" -}}
+{{- $v := .root.Values -}}
+{{- $port := ternary $v.ports.asrGrpc $v.ports.ttsGrpc (eq .role "asr") -}}
+{{- $base := dict
+  "grpc" (dict "host" "0.0.0.0" "port" (int $port))
+  "metrics" (dict "host" "0.0.0.0" "port" (int $v.ports.metrics))
+  "log_level" $v.logLevel
+-}}
+{{- toYaml (mustMergeOverwrite $base (deepCopy ((index $v .role).config | default dict))) -}}
+{{- end -}}
