@@ -137,8 +137,8 @@ absl::StatusOr<BenchReport> RunExpertsBench(const SuiteOptions& o) {
     wo.threads_per_call = worker_threads;
     worker_registries.push_back(std::make_unique<common::metrics::Registry>());
     ASSIGN_OR_RETURN(auto core,
-                     expert_worker::ExpertWorkerCore::Create(wo, worker_registries.back().get(),
-                                                             &common::SystemClock::Get()));
+                     expert_worker::ExpertWorkerCore::Create(wo, *worker_registries.back(),
+                                                             common::SystemClock::Get()));
     RETURN_IF_ERROR(core->WarmUp());
     auto service = std::make_unique<expert_worker::ExpertWorkerServer>(core.get());
     common::rpc::ServerOptions so;
@@ -157,8 +157,8 @@ absl::StatusOr<BenchReport> RunExpertsBench(const SuiteOptions& o) {
   NoExperts no_experts;
   ASSIGN_OR_RETURN(DecodeRun dense_only,
                    Decode(*dense, router_threads, &no_experts, decode_tokens, /*micro_batches=*/1));
-  ASSIGN_OR_RETURN(auto remote, router::RemoteExpertExecutor::Create(ro, full->config(), &registry,
-                                                                     &common::SystemClock::Get()));
+  ASSIGN_OR_RETURN(auto remote, router::RemoteExpertExecutor::Create(ro, full->config(), registry,
+                                                                     common::SystemClock::Get()));
   // Expert-call figures of the decode steps only (prefill calls are far larger): snapshots when
   // decoding starts and when it ends.
   struct CallStats {

@@ -68,7 +68,9 @@ absl::StatusOr<std::unique_ptr<RouterCore>> MakeCore(const std::string& dir, int
   o.scheduler.max_batch_tokens = 2048;
   o.scheduler.chunked_prefill_size = 512;
   o.scheduler.max_waiting = 100000;
-  return RouterCore::Create(o, nullptr, &common::SystemClock::Get());
+  // The suite reads the scheduler's stats, not its metrics: one registry for every core it makes.
+  static common::metrics::Registry registry;
+  return RouterCore::Create(o, registry, common::SystemClock::Get());
 }
 
 // Steps until idle, reading every stream so no one is held back; calls on_step after each step.

@@ -143,6 +143,7 @@ struct Worker {
 struct Server {
   std::string name;
   std::vector<Worker> workers;
+  std::unique_ptr<common::metrics::Registry> registry = std::make_unique<common::metrics::Registry>();
   std::unique_ptr<router::RemoteExpertExecutor> executor;
 };
 
@@ -160,7 +161,7 @@ absl::StatusOr<Server> StartServer(const std::string& name, const std::string& d
     wo.experts = {wk.expert_spec};
     wk.registry = std::make_unique<common::metrics::Registry>();
     ASSIGN_OR_RETURN(wk.core,
-                     ExpertWorkerCore::Create(wo, wk.registry.get(), &common::SystemClock::Get()));
+                     ExpertWorkerCore::Create(wo, *wk.registry, common::SystemClock::Get()));
     RETURN_IF_ERROR(wk.core->WarmUp());
     if (name == "sync") {
       wk.service = std::make_unique<SyncService>(wk.core.get());
@@ -184,8 +185,8 @@ absl::StatusOr<Server> StartServer(const std::string& name, const std::string& d
     ro.placement.push_back(absl::StrCat(wk.expert_spec, "=", w));
     s.workers.push_back(std::move(wk));
   }
-  ASSIGN_OR_RETURN(s.executor, router::RemoteExpertExecutor::Create(ro, config, nullptr,
-                                                                    &common::SystemClock::Get()));
+  ASSIGN_OR_RETURN(s.executor, router::RemoteExpertExecutor::Create(ro, config, *s.registry,
+                                                                    common::SystemClock::Get()));
   return s;
 }
 

@@ -8,6 +8,7 @@
 #include "common/base/clock.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/server_runner.h"
+#include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
@@ -29,7 +30,7 @@ class ExpertWorkerServerTest : public ::testing::Test {
     ExpertWorkerCoreOptions o;
     o.model_dir = dir_;
     o.experts = {"*:0-1"};
-    auto core = ExpertWorkerCore::Create(o, nullptr, &common::SystemClock::Get());
+    auto core = ExpertWorkerCore::Create(o, registry_, common::SystemClock::Get());
     ASSERT_OK(core.status());
     core_ = std::move(*core);
     service_ = std::make_unique<ExpertWorkerServer>(core_.get());
@@ -61,6 +62,7 @@ class ExpertWorkerServerTest : public ::testing::Test {
   }
 
   std::string dir_;
+  common::metrics::Registry registry_;  // isolated: this test's metrics only
   std::unique_ptr<ExpertWorkerCore> core_;
   std::unique_ptr<ExpertWorkerServer> service_;
   std::unique_ptr<common::rpc::ServerRunner> runner_;

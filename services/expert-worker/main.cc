@@ -47,7 +47,7 @@ absl::Status Run(int argc, char** argv) {
 
   common::metrics::Registry registry;
   common::SystemClock& clock = common::SystemClock::Get();
-  auto core = expert_worker::ExpertWorkerCore::Create(options->core, &registry, &clock);
+  auto core = expert_worker::ExpertWorkerCore::Create(options->core, registry, clock);
   if (!core.ok()) return core.status();
   expert_worker::ExpertWorkerServer service(core->get());
   common::rpc::ServerRunner runner(options->grpc);

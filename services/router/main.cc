@@ -62,13 +62,13 @@ absl::Status Run(int argc, char** argv) {
     auto config = model::LoadModelConfig(options->core.model_dir);
     if (!config.ok()) return config.status();
     auto remote =
-        router::RemoteExpertExecutor::Create(options->experts, *config, &registry, &clock);
+        router::RemoteExpertExecutor::Create(options->experts, *config, registry, clock);
     if (!remote.ok()) return remote.status();
     experts = std::move(*remote);
     MOE_LOG_INFO("router: experts on {} workers: {}", options->experts.workers.size(),
                  experts->placement()->DebugString());
   }
-  auto core = router::RouterCore::Create(options->core, &registry, &clock, experts.get());
+  auto core = router::RouterCore::Create(options->core, registry, clock, experts.get());
   if (!core.ok()) return core.status();
   const model::ModelConfig& config = (*core)->config();
 
@@ -79,7 +79,7 @@ absl::Status Run(int argc, char** argv) {
       .max_context = config.max_position_embeddings,
       .num_layers = config.num_hidden_layers,
       .num_experts = config.num_experts};
-  router::RouterServer service(&(*core)->scheduler(), info, &clock);
+  router::RouterServer service((*core)->scheduler(), info, clock);
   service.set_remote_experts(experts.get());
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::router::v1::Router::service_full_name());

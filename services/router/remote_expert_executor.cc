@@ -89,10 +89,9 @@ struct RemoteExpertExecutor::Pending {
 
 RemoteExpertExecutor::RemoteExpertExecutor(const RemoteExpertsOptions& options,
                                            const model::ModelConfig& config,
-                                           common::metrics::Registry* registry,
-                                           common::Clock* clock)
-    : options_(options), config_(config), clock_(clock) {
-  if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
+                                           common::metrics::Registry& registry,
+                                           common::Clock& clock)
+    : options_(options), config_(config), clock_(clock), metrics_(std::make_unique<Metrics>(registry)) {
   load_tracker_ =
       std::make_unique<LoadTracker>(static_cast<int32_t>(config.num_hidden_layers),
                                     static_cast<int32_t>(config.num_experts), clock, registry);
@@ -100,7 +99,7 @@ RemoteExpertExecutor::RemoteExpertExecutor(const RemoteExpertsOptions& options,
 
 absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Create(
     const RemoteExpertsOptions& options, const model::ModelConfig& config,
-    common::metrics::Registry* registry, common::Clock* clock) {
+    common::metrics::Registry& registry, common::Clock& clock) {
   RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(PlacementTable table,
                    BuildPlacement(options.workers, options.placement, options.replicas, config));
@@ -111,7 +110,7 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Crea
     RETURN_IF_ERROR(ex->ConnectLocked(table));
     ex->table_ = std::make_shared<const PlacementTable>(std::move(table));
   }
-  if (ex->metrics_ != nullptr) ex->metrics_->placement_version.Set(0);
+  ex->metrics_->placement_version.Set(0);
   ex->prober_ = std::thread([p = ex.get()] { p->ProbeLoop(); });
   return ex;
 }
@@ -133,12 +132,10 @@ absl::Status RemoteExpertExecutor::ConnectLocked(const PlacementTable& table) {
     w->address = pw.address;
     ASSIGN_OR_RETURN(w->channel, common::rpc::CreateChannel(pw.address, options_.channel));
     w->stub = pb::ExpertWorker::NewStub(w->channel);
-    if (metrics_ != nullptr) {
-      const common::metrics::Labels labels = {{"worker", absl::StrCat(pw.worker_id)}};
-      w->call_seconds = &metrics_->call_seconds.Add(labels, common::metrics::LatencyBuckets());
-      w->utilisation_gauge = &metrics_->utilisation.Add(labels);
-      w->errors = &metrics_->call_errors.Add(labels);
-    }
+    const common::metrics::Labels labels = {{"worker", absl::StrCat(pw.worker_id)}};
+    w->call_seconds = &metrics_->call_seconds.Add(labels, common::metrics::LatencyBuckets());
+    w->utilisation_gauge = &metrics_->utilisation.Add(labels);
+    w->errors = &metrics_->call_errors.Add(labels);
     workers_[pw.worker_id] = std::move(w);
   }
   return absl::OkStatus();
@@ -165,7 +162,7 @@ absl::StatusOr<engine::ExpertCallHandle> RemoteExpertExecutor::Submit(
   }
   auto p = std::make_unique<Pending>();
   p->call = call;
-  p->start = clock_->Now();
+  p->start = clock_.Now();
   {
     absl::MutexLock lock(&mu_);
     p->table = table_;
@@ -196,7 +193,7 @@ void RemoteExpertExecutor::Dispatch(Pending* p, const std::vector<size_t>& batch
   for (size_t i : batch_idx) {
     batches.push_back({p->call.batches[i].expert_id, p->call.batches[i].num_tokens});
   }
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_.Now();
   DispatchPlan plan;
   std::vector<std::shared_ptr<Worker>> targets;
   {
@@ -248,7 +245,7 @@ void RemoteExpertExecutor::Dispatch(Pending* p, const std::vector<size_t>& batch
   }
   for (auto& rpc : p->rpcs) {
     Rpc* r = rpc.get();
-    r->start = clock_->Now();
+    r->start = clock_.Now();
     r->worker->stub->async()->RunExperts(&r->ctx, &r->request, &r->response,
                                          [this, p, r](::grpc::Status s) {
                                            r->status = std::move(s);
@@ -298,7 +295,7 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
           +[](int* remaining) { return *remaining == 0; }, &p->remaining));
     }
     std::vector<size_t> retry;
-    const absl::Time now = clock_->Now();
+    const absl::Time now = clock_.Now();
     for (auto& rpc : p->rpcs) {
       Worker& w = *rpc->worker;
       absl::Status s = common::rpc::FromGrpcStatus(rpc->status);
@@ -314,16 +311,14 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
         }
         std::memcpy(b.output, data.data(), data.size());
       }
-      if (w.call_seconds != nullptr) {
-        w.call_seconds->Observe(absl::ToDoubleSeconds(now - rpc->start));
-      }
+      w.call_seconds->Observe(absl::ToDoubleSeconds(now - rpc->start));
       if (s.ok()) {
         load_tracker_->RecordWorkerTokens(p->call.layer_idx, w.id, rpc->tokens);
         absl::MutexLock lock(&mu_);
         w.busy.emplace_back(now, absl::Microseconds(rpc->response.compute_us()));
         continue;
       }
-      if (w.errors != nullptr) w.errors->Increment();
+      w.errors->Increment();
       if (s.code() == absl::StatusCode::kInvalidArgument) {
         fatal = s;  // a bug on this side: retrying elsewhere cannot help
         continue;
@@ -349,9 +344,7 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
     std::memset(b.output, 0, static_cast<size_t>(b.num_tokens * hidden) * sizeof(float));
     unavailable_experts->push_back(b.expert_id);
   }
-  if (metrics_ != nullptr) {
-    metrics_->layer_dispatch_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - p->start));
-  }
+  metrics_->layer_dispatch_seconds.Observe(absl::ToDoubleSeconds(clock_.Now() - p->start));
   {
     absl::MutexLock lock(&mu_);
     if (--outstanding_[p->table->version] == 0) outstanding_.erase(p->table->version);
@@ -372,10 +365,8 @@ absl::StatusOr<uint64_t> RemoteExpertExecutor::SetPlacement(PlacementTable table
     }
     RETURN_IF_ERROR(ConnectLocked(table));
     table_ = std::make_shared<const PlacementTable>(std::move(table));
-    if (metrics_ != nullptr) {
-      metrics_->placement_version.Set(static_cast<double>(version));
-      metrics_->recalibrations.Increment();
-    }
+    metrics_->placement_version.Set(static_cast<double>(version));
+    metrics_->recalibrations.Increment();
     auto drained = [this, version]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       return outstanding_.empty() || outstanding_.begin()->first >= version;
     };
@@ -398,10 +389,10 @@ void RemoteExpertExecutor::ProbeLoop() {
     if (stop_) break;
     std::vector<std::shared_ptr<Worker>> down;
     std::vector<int32_t> ids;
-    const absl::Time now = clock_->Now();
+    const absl::Time now = clock_.Now();
     for (auto& [id, w] : workers_) {
       if (!w->healthy) down.push_back(w);
-      if (w->utilisation_gauge != nullptr) w->utilisation_gauge->Set(w->Utilisation(now));
+      w->utilisation_gauge->Set(w->Utilisation(now));
     }
     for (const PlacementWorker& w : table_->workers) ids.push_back(w.worker_id);
     mu_.Unlock();

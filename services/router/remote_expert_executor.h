@@ -90,11 +90,11 @@ struct RemoteExpertsOptions {
 class RemoteExpertExecutor final : public engine::ExpertExecutor {
  public:
   // Builds the initial placement (version 0) from `options` for `config` and starts the
-  // prober. `registry` may be null; `clock` is borrowed. Errors: InvalidArgument (options,
-  // placement), the channel factory's.
+  // prober. `registry` and `clock` are borrowed and must outlive the executor. Errors:
+  // InvalidArgument (options, placement), the channel factory's.
   static absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> Create(
       const RemoteExpertsOptions& options, const model::ModelConfig& config,
-      common::metrics::Registry* registry, common::Clock* clock);
+      common::metrics::Registry& registry, common::Clock& clock);
   // Stops the prober. REQUIRES: no call outstanding.
   ~RemoteExpertExecutor() override;
 
@@ -122,7 +122,7 @@ class RemoteExpertExecutor final : public engine::ExpertExecutor {
   struct Metrics;
 
   RemoteExpertExecutor(const RemoteExpertsOptions& options, const model::ModelConfig& config,
-                       common::metrics::Registry* registry, common::Clock* clock);
+                       common::metrics::Registry& registry, common::Clock& clock);
   absl::Status ConnectLocked(const PlacementTable& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans `batch_idx` of `p` and sends one RPC per worker; batches without a live replica go
   // to p->unavailable.
@@ -132,7 +132,7 @@ class RemoteExpertExecutor final : public engine::ExpertExecutor {
 
   const RemoteExpertsOptions options_;
   const model::ModelConfig config_;
-  common::Clock* const clock_;
+  common::Clock& clock_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<LoadTracker> load_tracker_;
 

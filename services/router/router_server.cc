@@ -65,7 +65,7 @@ constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
 
 }  // namespace
 
-RouterServer::RouterServer(Scheduler* scheduler, RouterServerInfo info, common::Clock* clock)
+RouterServer::RouterServer(Scheduler& scheduler, RouterServerInfo info, common::Clock& clock)
     : scheduler_(scheduler), info_(std::move(info)), clock_(clock) {}
 
 absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateRequest& request) const {
@@ -125,7 +125,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();
   if (request.timeout_ms() > 0) {
-    out.deadline = clock_->Now() + absl::Milliseconds(request.timeout_ms());
+    out.deadline = clock_.Now() + absl::Milliseconds(request.timeout_ms());
   }
   return out;
 }
@@ -154,7 +154,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
     absl::MutexLock lock(&mu_);
     active_request_ids_.erase(request_id);
   };
-  absl::StatusOr<SubmittedRequest> submitted = scheduler_->Submit(*std::move(converted));
+  absl::StatusOr<SubmittedRequest> submitted = scheduler_.Submit(*std::move(converted));
   if (!submitted.ok()) {
     release_id();
     MOE_LOG_WARN("router: {} {} refused: {}", http_id, request_id, submitted.status().ToString());
@@ -165,7 +165,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
     std::optional<StreamEvent> event = submitted->stream->Next(kCancelPollInterval);
     if (!event.has_value()) {
       if (!cancelled && context->IsCancelled()) {
-        scheduler_->Cancel(submitted->seq_id);
+        scheduler_.Cancel(submitted->seq_id);
         cancelled = true;
       }
       continue;
@@ -200,7 +200,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
     }
     if (!cancelled && !writer->Write(response)) {
       // The client is gone: free its blocks, then wait for the scheduler to confirm.
-      scheduler_->Cancel(submitted->seq_id);
+      scheduler_.Cancel(submitted->seq_id);
       cancelled = true;
     }
     if (event->final()) break;
@@ -213,7 +213,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
 ::grpc::Status RouterServer::GetStats(::grpc::ServerContext* context,
                                       const pb::GetStatsRequest* request,
                                       pb::GetStatsResponse* response) {
-  const SchedulerStats stats = scheduler_->GetStats();
+  const SchedulerStats stats = scheduler_.GetStats();
   response->set_router_id(info_.router_id);
   response->set_model(info_.model_name);
   response->set_num_requests_waiting(static_cast<int32_t>(stats.num_waiting));

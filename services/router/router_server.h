@@ -65,7 +65,7 @@ struct RouterServerInfo {
 // Thread-safe: gRPC calls it from its own threads. Borrows the scheduler and clock.
 class RouterServer final : public moe::router::v1::Router::Service {
  public:
-  RouterServer(Scheduler* scheduler, RouterServerInfo info, common::Clock* clock);
+  RouterServer(Scheduler& scheduler, RouterServerInfo info, common::Clock& clock);
 
   // Where the routed experts run when they are remote (optional, borrowed): GetStats then reports
   // its placement and load window, and SetPlacement switches it. Call before serving.
@@ -87,9 +87,9 @@ class RouterServer final : public moe::router::v1::Router::Service {
                               moe::router::v1::SetPlacementResponse* response) override;
 
  private:
-  Scheduler* const scheduler_;
+  Scheduler& scheduler_;
   const RouterServerInfo info_;
-  common::Clock* const clock_;
+  common::Clock& clock_;
   RemoteExpertExecutor* experts_ = nullptr;
 
   absl::Mutex mu_;

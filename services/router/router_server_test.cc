@@ -44,17 +44,17 @@ class RouterServerTest : public ::testing::Test {
     options.kv_num_blocks = 256;
     options.scheduler = scheduler_options;
     ASSERT_OK_AND_ASSIGN(core_,
-                         RouterCore::Create(options, &registry_, &common::SystemClock::Get()));
+                         RouterCore::Create(options, registry_, common::SystemClock::Get()));
     const auto& config = core_->config();
     server_ = std::make_unique<RouterServer>(
-        &core_->scheduler(),
+        core_->scheduler(),
         RouterServerInfo{.model_name = "tiny",
                          .router_id = "r0",
                          .vocab_size = config.vocab_size,
                          .max_context = config.max_position_embeddings,
                          .num_layers = config.num_hidden_layers,
                          .num_experts = config.num_experts},
-        &common::SystemClock::Get());
+        common::SystemClock::Get());
     common::rpc::ServerOptions grpc_options;
     grpc_options.host = "127.0.0.1";
     grpc_options.port = 0;

@@ -379,7 +379,7 @@ int RunCoordinate(const Args& args, const std::vector<std::string>& routers,
     return 1;
   }
   common::Clock& clock = common::SystemClock::Get();
-  router::RecalibrationCoordinator coordinator(o, &transport, &clock, &registry);
+  router::RecalibrationCoordinator coordinator(o, transport, clock, registry);
   for (;;) {
     std::optional<router::CoordinatorDecision> d = once ? coordinator.Check() : coordinator.Tick();
     if (d.has_value()) {

@@ -46,8 +46,8 @@ ExpertWorkerMetrics::ExpertWorkerMetrics(common::metrics::Registry& r)
 // started by Create and joined by the destructor.
 class ExpertWorkerCore::Impl {
  public:
-  Impl(const ExpertWorkerCoreOptions& options, common::Clock* clock,
-       common::metrics::Registry* registry);
+  Impl(const ExpertWorkerCoreOptions& options, common::Clock& clock,
+       common::metrics::Registry& registry);
   ~Impl();
 
   // Opens the checkpoint with the start-up experts, builds the slots, starts their threads.
@@ -95,8 +95,8 @@ class ExpertWorkerCore::Impl {
 
   // Constant after construction.
   const ExpertWorkerCoreOptions options_;
-  common::Clock* const clock_;
-  const std::unique_ptr<ExpertWorkerMetrics> metrics_;  // null without a registry
+  common::Clock& clock_;
+  ExpertWorkerMetrics metrics_;
 
   // Protects the resident set: Run() holds it shared, Load/Unload exclusively.
   mutable absl::Mutex weights_mu_;
@@ -118,8 +118,8 @@ class ExpertWorkerCore::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> ExpertWorkerCore::Create(
-    const ExpertWorkerCoreOptions& options, common::metrics::Registry* registry,
-    common::Clock* clock) {
+    const ExpertWorkerCoreOptions& options, common::metrics::Registry& registry,
+    common::Clock& clock) {
   RETURN_IF_ERROR(options.Validate());
   // Read config.json alone first (no tensors), to resolve '*' in the specs.
   ASSIGN_OR_RETURN(auto probe,
@@ -152,11 +152,11 @@ ResidentSet ExpertWorkerCore::resident() const { return impl_->resident(); }
 const model::ModelConfig& ExpertWorkerCore::config() const { return impl_->config(); }
 kernels::Activations ExpertWorkerCore::activations() const { return impl_->activations(); }
 
-ExpertWorkerCore::Impl::Impl(const ExpertWorkerCoreOptions& options, common::Clock* clock,
-                             common::metrics::Registry* registry)
+ExpertWorkerCore::Impl::Impl(const ExpertWorkerCoreOptions& options, common::Clock& clock,
+                             common::metrics::Registry& registry)
     : options_(options),
       clock_(clock),
-      metrics_(registry != nullptr ? std::make_unique<ExpertWorkerMetrics>(*registry) : nullptr) {}
+      metrics_(registry) {}
 
 absl::Status ExpertWorkerCore::Impl::Init(const std::vector<ExpertKey>& keys) {
   model::LoadOptions load = model::LoadOptions::OnlyExperts(keys);
@@ -177,11 +177,9 @@ absl::Status ExpertWorkerCore::Impl::Init(const std::vector<ExpertKey>& keys) {
   for (int i = 0; i < options_.max_concurrent_calls; ++i) {
     slot_threads_.emplace_back([this] { SlotLoop(); });
   }
-  if (metrics_ != nullptr) {
-    const ResidentSet r = ResidentLocked();
-    metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
-    metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
-  }
+  const ResidentSet r = ResidentLocked();
+  metrics_.resident_experts.Set(static_cast<double>(r.experts.size()));
+  metrics_.resident_bytes.Set(static_cast<double>(r.bytes));
   return absl::OkStatus();
 }
 
@@ -236,7 +234,7 @@ absl::StatusOr<ExpertWorkerCore::Impl::Slot*> ExpertWorkerCore::Impl::AcquireSlo
   absl::MutexLock lock(&slots_mu_);
   if (bounded && free_slots_.empty() &&
       waiting_ + static_cast<int64_t>(queue_.size()) >= options_.max_queued_calls) {
-    if (metrics_ != nullptr) metrics_->rejected_total.Increment();
+    metrics_.rejected_total.Increment();
     return absl::ResourceExhaustedError(
         absl::StrCat("expert worker: ", waiting_, " calls already queued"));
   }
@@ -322,7 +320,7 @@ void ExpertWorkerCore::Impl::RunAsync(const engine::ExpertCall& call, RunDone do
     }
   }
   if (rejected) {
-    if (metrics_ != nullptr) metrics_->rejected_total.Increment();
+    metrics_.rejected_total.Increment();
     done(absl::ResourceExhaustedError(
              absl::StrCat("expert worker: ", options_.max_queued_calls, " calls already queued")),
          absl::ZeroDuration());
@@ -385,17 +383,17 @@ absl::Status ExpertWorkerCore::Impl::RunOnSlot(Slot* slot, const engine::ExpertC
         }
       }
       if (status.ok()) {
-        const absl::Time start = clock_->Now();
+        const absl::Time start = clock_.Now();
         auto handle = slot->executor->Submit(call);
         status = handle.ok() ? slot->executor->Await(*handle) : handle.status();
-        took = clock_->Now() - start;
+        took = clock_.Now() - start;
       }
     }
   }
-  if (status.ok() && metrics_ != nullptr) {
-    metrics_->calls_total.Increment();
-    metrics_->tokens_total.Increment(static_cast<double>(tokens));
-    metrics_->busy_seconds.Increment(absl::ToDoubleSeconds(took));
+  if (status.ok()) {
+    metrics_.calls_total.Increment();
+    metrics_.tokens_total.Increment(static_cast<double>(tokens));
+    metrics_.busy_seconds.Increment(absl::ToDoubleSeconds(took));
   }
   if (compute != nullptr) *compute = took;
   return status;
@@ -442,10 +440,8 @@ absl::StatusOr<ResidentSet> ExpertWorkerCore::Impl::Load(const std::vector<Exper
   }
   RETURN_IF_ERROR(WarmUpKeys(added));
   ResidentSet r = resident();
-  if (metrics_ != nullptr) {
-    metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
-    metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
-  }
+  metrics_.resident_experts.Set(static_cast<double>(r.experts.size()));
+  metrics_.resident_bytes.Set(static_cast<double>(r.bytes));
   return r;
 }
 
@@ -461,10 +457,8 @@ ResidentSet ExpertWorkerCore::Impl::Unload(const std::vector<ExpertKey>& keys) {
     }
     r = ResidentLocked();
   }
-  if (metrics_ != nullptr) {
-    metrics_->resident_experts.Set(static_cast<double>(r.experts.size()));
-    metrics_->resident_bytes.Set(static_cast<double>(r.bytes));
-  }
+  metrics_.resident_experts.Set(static_cast<double>(r.experts.size()));
+  metrics_.resident_bytes.Set(static_cast<double>(r.bytes));
   return r;
 }
 

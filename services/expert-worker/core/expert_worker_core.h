@@ -107,11 +107,12 @@ struct ResidentSet {
 
 class ExpertWorkerCore {
  public:
-  // Opens the checkpoint mapping only the start-up experts (and config.json). `registry` may be
-  // null; `clock` is borrowed. Errors: options, the checkpoint's, InvalidArgument (bad specs).
+  // Opens the checkpoint mapping only the start-up experts (and config.json). `registry` and
+  // `clock` are borrowed and must outlive the core. Errors: options, the checkpoint's,
+  // InvalidArgument (bad specs).
   static absl::StatusOr<std::unique_ptr<ExpertWorkerCore>> Create(
-      const ExpertWorkerCoreOptions& options, common::metrics::Registry* registry,
-      common::Clock* clock);
+      const ExpertWorkerCoreOptions& options, common::metrics::Registry& registry,
+      common::Clock& clock);
   // Joins the slot threads once the queued calls have run. REQUIRES: no Run/RunAsync/Load/
   // Unload in progress on other threads.
   ~ExpertWorkerCore();

@@ -41,7 +41,7 @@ class ExpertWorkerCoreTest : public ::testing::Test {
     o.experts = std::move(experts);
     o.max_concurrent_calls = 2;
     o.max_inline_calls = max_inline_calls;
-    auto core = ExpertWorkerCore::Create(o, &registry_, &common::SystemClock::Get());
+    auto core = ExpertWorkerCore::Create(o, registry_, common::SystemClock::Get());
     EXPECT_OK(core.status());
     return core.ok() ? std::move(*core) : nullptr;
   }
@@ -130,7 +130,7 @@ TEST_F(ExpertWorkerCoreTest, Bf16ActivationsAreTheInProcessExecutorsInThatMode) 
   o.model_dir = dir;
   o.experts = {"*:0-1"};
   o.activations = kernels::Activations::kBf16;
-  auto core = ExpertWorkerCore::Create(o, &registry_, &common::SystemClock::Get());
+  auto core = ExpertWorkerCore::Create(o, registry_, common::SystemClock::Get());
   ASSERT_OK(core.status());
   ASSERT_OK((*core)->WarmUp());
   auto full = model::Checkpoint::Open(dir);

@@ -38,22 +38,19 @@ ExpertLoadMetrics::ExpertLoadMetrics(common::metrics::Registry& r, int32_t num_l
   }
 }
 
-LoadTracker::LoadTracker(int32_t num_layers, int32_t num_experts, common::Clock* clock,
-                         common::metrics::Registry* registry, absl::Duration bucket,
+LoadTracker::LoadTracker(int32_t num_layers, int32_t num_experts, common::Clock& clock,
+                         common::metrics::Registry& registry, absl::Duration bucket,
                          absl::Duration history)
     : num_layers_(num_layers),
       num_experts_(num_experts),
       clock_(clock),
       bucket_(bucket),
       history_(history),
-      created_(clock->Now()) {
-  if (registry != nullptr) {
-    metrics_ = std::make_unique<ExpertLoadMetrics>(*registry, num_layers, num_experts);
-  }
-}
+      created_(clock.Now()),
+      metrics_(registry, num_layers, num_experts) {}
 
 LoadTracker::Bucket& LoadTracker::CurrentLocked() {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_.Now();
   const absl::Time start = created_ + bucket_ * std::max<int64_t>(0, (now - created_) / bucket_);
   if (buckets_.empty() || buckets_.back().start != start) {
     buckets_.push_back(
@@ -72,9 +69,9 @@ void LoadTracker::RecordExpertTokens(absl::Span<const int64_t> tokens) {
     const size_t n = std::min(tokens.size(), b.experts.size());
     for (size_t i = 0; i < n; ++i) b.experts[i] += static_cast<uint64_t>(tokens[i]);
   }
-  if (metrics_ != nullptr && !metrics_->expert_tokens.empty()) {
-    for (size_t i = 0; i < std::min(tokens.size(), metrics_->expert_tokens.size()); ++i) {
-      if (tokens[i] > 0) metrics_->expert_tokens[i]->Increment(static_cast<double>(tokens[i]));
+  if (!metrics_.expert_tokens.empty()) {
+    for (size_t i = 0; i < std::min(tokens.size(), metrics_.expert_tokens.size()); ++i) {
+      if (tokens[i] > 0) metrics_.expert_tokens[i]->Increment(static_cast<double>(tokens[i]));
     }
   }
 }
@@ -93,7 +90,7 @@ LoadWindow LoadTracker::Window(absl::Duration span) const {
   w.num_layers = num_layers_;
   w.num_experts = num_experts_;
   w.expert_tokens.assign(static_cast<size_t>(num_layers_) * num_experts_, 0);
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_.Now();
   span = std::min(span, history_);
   const absl::Time from = now - span;
   absl::MutexLock lock(&mu_);
@@ -112,12 +109,11 @@ LoadWindow LoadTracker::Window(absl::Duration span) const {
 
 void LoadTracker::UpdateBalancednessGauges(absl::Duration span,
                                            absl::Span<const int32_t> worker_ids) {
-  if (metrics_ == nullptr) return;
   const LoadWindow w = Window(span);
   std::vector<int32_t> order(static_cast<size_t>(num_experts_));
   for (int32_t l = 0; l < num_layers_; ++l) {
     const std::string layer = absl::StrCat(l);
-    metrics_->balancedness.Add({{"layer", layer}}).Set(w.Balancedness(l, worker_ids));
+    metrics_.balancedness.Add({{"layer", layer}}).Set(w.Balancedness(l, worker_ids));
     const uint64_t* tokens = w.expert_tokens.data() + static_cast<size_t>(l) * num_experts_;
     uint64_t total = 0;
     for (int32_t e = 0; e < num_experts_; ++e) total += tokens[e];
@@ -129,9 +125,9 @@ void LoadTracker::UpdateBalancednessGauges(absl::Duration span,
     });
     for (int rank = 0; rank < n; ++rank) {
       const common::metrics::Labels labels = {{"layer", layer}, {"rank", absl::StrCat(rank + 1)}};
-      metrics_->hot_share.Add(labels).Set(static_cast<double>(tokens[order[rank]]) /
+      metrics_.hot_share.Add(labels).Set(static_cast<double>(tokens[order[rank]]) /
                                           static_cast<double>(total));
-      metrics_->hot_id.Add(labels).Set(order[rank]);
+      metrics_.hot_id.Add(labels).Set(order[rank]);
     }
   }
 }

@@ -54,9 +54,9 @@ struct ExpertLoadMetrics {
 
 class LoadTracker {
  public:
-  // `clock` is borrowed; `registry` may be null.
-  LoadTracker(int32_t num_layers, int32_t num_experts, common::Clock* clock,
-              common::metrics::Registry* registry, absl::Duration bucket = absl::Seconds(1),
+  // `clock` and `registry` are borrowed and must outlive the tracker.
+  LoadTracker(int32_t num_layers, int32_t num_experts, common::Clock& clock,
+              common::metrics::Registry& registry, absl::Duration bucket = absl::Seconds(1),
               absl::Duration history = absl::Minutes(15));
 
   // Adds one step's tokens per (layer, expert), [num_layers * num_experts].
@@ -84,11 +84,11 @@ class LoadTracker {
 
   const int32_t num_layers_;
   const int32_t num_experts_;
-  common::Clock* const clock_;
+  common::Clock& clock_;
   const absl::Duration bucket_;
   const absl::Duration history_;
   const absl::Time created_;
-  std::unique_ptr<ExpertLoadMetrics> metrics_;
+  ExpertLoadMetrics metrics_;
 
   mutable absl::Mutex mu_;
   std::deque<Bucket> buckets_ ABSL_GUARDED_BY(mu_);  // oldest first

@@ -13,7 +13,7 @@ class LoadTrackerTest : public ::testing::Test {
  protected:
   common::testing::FakeClock clock_;
   common::metrics::Registry registry_;
-  LoadTracker tracker_{2, 3, &clock_, &registry_, absl::Seconds(1), absl::Seconds(10)};
+  LoadTracker tracker_{2, 3, clock_, registry_, absl::Seconds(1), absl::Seconds(10)};
 };
 
 TEST_F(LoadTrackerTest, WindowSumsOnlyRecentBuckets) {

@@ -49,42 +49,42 @@ struct RecalibrationCoordinator::Metrics {
 };
 
 RecalibrationCoordinator::RecalibrationCoordinator(const RecalibrationCoordinatorOptions& options,
-                                                   RecalibrationTransport* transport,
-                                                   common::Clock* clock,
-                                                   common::metrics::Registry* registry)
-    : options_(options), transport_(transport), clock_(clock), next_check_(clock->Now()) {
-  if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
-}
+                                                   RecalibrationTransport& transport,
+                                                   common::Clock& clock,
+                                                   common::metrics::Registry& registry)
+    : options_(options),
+      transport_(transport),
+      clock_(clock),
+      metrics_(std::make_unique<Metrics>(registry)),
+      next_check_(clock.Now()) {}
 
 RecalibrationCoordinator::~RecalibrationCoordinator() = default;
 
 std::optional<CoordinatorDecision> RecalibrationCoordinator::Tick() {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_.Now();
   if (now < next_check_) return std::nullopt;
   CoordinatorDecision d = Check();
   // Scheduled from the check's start, so a slow protocol run does not drift the period, but
   // never in the past (a check longer than the interval is followed by one right away, once).
-  next_check_ = std::max(now + options_.interval, clock_->Now());
+  next_check_ = std::max(now + options_.interval, clock_.Now());
   return d;
 }
 
 CoordinatorDecision RecalibrationCoordinator::Finish(CoordinatorDecision d,
                                                      const char* recalibration_result) {
   d.low_checks = low_checks_;
-  if (metrics_ != nullptr) {
-    metrics_->checks.Add({{"decision", CoordinatorActionName(d.action)}}).Increment();
-    metrics_->low_checks.Set(low_checks_);
-    if (!d.balancedness.empty()) metrics_->min_balancedness.Set(d.min_balancedness);
-    if (recalibration_result != nullptr) {
-      metrics_->recalibrations.Add({{"result", recalibration_result}}).Increment();
-    }
+  metrics_->checks.Add({{"decision", CoordinatorActionName(d.action)}}).Increment();
+  metrics_->low_checks.Set(low_checks_);
+  if (!d.balancedness.empty()) metrics_->min_balancedness.Set(d.min_balancedness);
+  if (recalibration_result != nullptr) {
+    metrics_->recalibrations.Add({{"result", recalibration_result}}).Increment();
   }
   return d;
 }
 
 CoordinatorDecision RecalibrationCoordinator::Check() {
   CoordinatorDecision d;
-  d.time = clock_->Now();
+  d.time = clock_.Now();
   // `acting`: the failure is the recalibration's (counted in recalibrations_total).
   auto failed = [&](absl::Status s, bool acting) {
     d.action = CoordinatorAction::kFailed;
@@ -93,15 +93,15 @@ CoordinatorDecision RecalibrationCoordinator::Check() {
   };
 
   std::vector<RouterLoadReport> reports;
-  for (int i = 0; i < transport_->num_routers(); ++i) {
-    auto r = transport_->GetStats(i, options_.window);
+  for (int i = 0; i < transport_.num_routers(); ++i) {
+    auto r = transport_.GetStats(i, options_.window);
     if (!r.ok()) return failed(r.status(), false);
     reports.push_back(*std::move(r));
   }
   if (!options_.dry_run) {
     // A recalibration interrupted in its switch step (this loop's or an operator's) is finished
     // first, so that the routers agree again.
-    auto converged = CompleteInterruptedSwitch(*transport_, reports);
+    auto converged = CompleteInterruptedSwitch(transport_, reports);
     if (!converged.ok()) return failed(converged.status(), true);
     d.routers_converged = *converged;
   }
@@ -149,18 +149,18 @@ CoordinatorDecision RecalibrationCoordinator::Check() {
   if (options_.dry_run) {
     // Reported as if acted, so a dry run shows the cadence a real run would have.
     low_checks_ = 0;
-    cooldown_until_ = clock_->Now() + options_.cooldown;
+    cooldown_until_ = clock_.Now() + options_.cooldown;
     d.action = CoordinatorAction::kDryRun;
     return Finish(std::move(d), "dry_run");
   }
-  if (absl::Status s = ApplyRecalibration(*transport_, load->placement, d.report->placement);
+  if (absl::Status s = ApplyRecalibration(transport_, load->placement, d.report->placement);
       !s.ok()) {
     // The streak stays at `sustain`: the next check retries (after step 1 the extra replicas
     // stay loaded and unused; after a partial step 2 the routers disagree until a rerun).
     return failed(std::move(s), true);
   }
   low_checks_ = 0;
-  cooldown_until_ = clock_->Now() + options_.cooldown;
+  cooldown_until_ = clock_.Now() + options_.cooldown;
   d.action = CoordinatorAction::kRecalibrated;
   return Finish(std::move(d), "ok");
 }

@@ -119,10 +119,11 @@ struct CoordinatorDecision {
 
 class RecalibrationCoordinator {
  public:
-  // REQUIRES: options.Validate() is OK. `registry` may be null. The first check is due now.
+  // REQUIRES: options.Validate() is OK. `transport`, `clock` and `registry` are borrowed and
+  // must outlive the coordinator. The first check is due now.
   RecalibrationCoordinator(const RecalibrationCoordinatorOptions& options,
-                           RecalibrationTransport* transport, common::Clock* clock,
-                           common::metrics::Registry* registry);
+                           RecalibrationTransport& transport, common::Clock& clock,
+                           common::metrics::Registry& registry);
   ~RecalibrationCoordinator();
   RecalibrationCoordinator(const RecalibrationCoordinator&) = delete;
   RecalibrationCoordinator& operator=(const RecalibrationCoordinator&) = delete;
@@ -142,8 +143,8 @@ class RecalibrationCoordinator {
   CoordinatorDecision Finish(CoordinatorDecision d, const char* recalibration_result);
 
   const RecalibrationCoordinatorOptions options_;
-  RecalibrationTransport* const transport_;
-  common::Clock* const clock_;
+  RecalibrationTransport& transport_;
+  common::Clock& clock_;
   std::unique_ptr<Metrics> metrics_;
 
   absl::Time next_check_;

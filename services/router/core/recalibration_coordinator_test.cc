@@ -71,7 +71,7 @@ TEST_F(RecalibrationCoordinatorTest, OptionsValidate) {
 
 TEST_F(RecalibrationCoordinatorTest, RecalibratesAfterSustainLowChecksAndNotBefore) {
   FakeCluster cluster;
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 2), "low:1 low:2");
   EXPECT_EQ(cluster.log_, "stats0 stats0 ");
   EXPECT_EQ(cluster.active_[0].version, 0u);
@@ -99,7 +99,7 @@ TEST_F(RecalibrationCoordinatorTest, RecalibratesAfterSustainLowChecksAndNotBefo
 
 TEST_F(RecalibrationCoordinatorTest, ABalancedCheckRestartsTheStreak) {
   FakeCluster cluster;
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 2), "low:1 low:2");
   cluster.SetEven();
   clock_.Advance(absl::Seconds(10));
@@ -112,7 +112,7 @@ TEST_F(RecalibrationCoordinatorTest, ABalancedCheckRestartsTheStreak) {
 TEST_F(RecalibrationCoordinatorTest, BalancedClusterIsNeverRecalibrated) {
   FakeCluster cluster;
   cluster.SetEven();
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 6), "balanced:0 balanced:0 balanced:0 balanced:0 balanced:0 balanced:0");
   EXPECT_EQ(cluster.active_[0].version, 0u);
   EXPECT_EQ(Metric("moe_coordinator_checks_total", {{"decision", "balanced"}}), 6);
@@ -122,7 +122,7 @@ TEST_F(RecalibrationCoordinatorTest, BalancedClusterIsNeverRecalibrated) {
 TEST_F(RecalibrationCoordinatorTest, IdleClusterIsNeverRecalibrated) {
   FakeCluster cluster;
   cluster.SetLoad({300, 50, 50, 50, 25, 24});  // 499 tokens, skewed
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 5), "idle:0 idle:0 idle:0 idle:0 idle:0");
   EXPECT_EQ(cluster.active_[0].version, 0u);
   EXPECT_LT(decisions_.back().min_balancedness, 0.8) << "judged skewed, but too little traffic";
@@ -132,7 +132,7 @@ TEST_F(RecalibrationCoordinatorTest, CooldownHoldsOffThenNoChurnOnAnAlreadyBestP
   FakeCluster cluster;
   RecalibrationCoordinatorOptions o = Options();
   o.sustain = 1;
-  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(o, cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 1), "recalibrated:0");
   ASSERT_EQ(cluster.active_[0].version, 1u);
   // The routers still report the old window (worker tokens of the old placement, skewed): the
@@ -151,7 +151,7 @@ TEST_F(RecalibrationCoordinatorTest, SkipsWhenNoPlacementWouldImprove) {
   // cannot do better than the current one under the load model, so nothing moves.
   FakeCluster cluster;
   cluster.SetLoad({100, 100, 100, 100, 100, 100}, WorkerTokens{{0, {400}}, {1, {100}}, {2, {100}}});
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 4), "low:1 low:2 skipped:0 low:1");
   EXPECT_EQ(cluster.active_[0].version, 0u);
   ASSERT_TRUE(decisions_[2].report.has_value());
@@ -164,7 +164,7 @@ TEST_F(RecalibrationCoordinatorTest, FailedRecalibrationIsReportedAndRetriedAfte
   cluster.load_failures_ = 1;
   RecalibrationCoordinatorOptions o = Options();
   o.sustain = 1;
-  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(o, cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 2), "failed:1 recalibrated:0");
   EXPECT_THAT(decisions_[0].status, common::testing::StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_TRUE(decisions_[0].report.has_value());
@@ -176,7 +176,7 @@ TEST_F(RecalibrationCoordinatorTest, FailedRecalibrationIsReportedAndRetriedAfte
 TEST_F(RecalibrationCoordinatorTest, UnreachableRouterIsReportedWithoutCountingARecalibration) {
   FakeCluster cluster;
   cluster.stats_error_ = true;
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 1), "failed:0");
   EXPECT_THAT(decisions_[0].status, common::testing::StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(Metric("moe_coordinator_checks_total", {{"decision", "failed"}}), 1);
@@ -187,7 +187,7 @@ TEST_F(RecalibrationCoordinatorTest, DryRunDecidesButChangesNothing) {
   FakeCluster cluster;
   RecalibrationCoordinatorOptions o = Options();
   o.dry_run = true;
-  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(o, cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 4), "low:1 low:2 dry_run:0 cooldown:0");
   EXPECT_EQ(cluster.log_, "stats0 stats0 stats0 stats0 ");
   EXPECT_EQ(cluster.active_[0].version, 0u);
@@ -199,7 +199,7 @@ TEST_F(RecalibrationCoordinatorTest, DryRunDecidesButChangesNothing) {
 TEST_F(RecalibrationCoordinatorTest, JudgesExpectedBalancednessWhenNoWorkerTokensAreReported) {
   FakeCluster cluster;
   cluster.SetLoad({600, 100, 100, 100, 50, 50}, WorkerTokens{});  // an older router
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 1), "low:1");
   EXPECT_FALSE(decisions_[0].measured);
   EXPECT_NEAR(decisions_[0].min_balancedness, (1000.0 / 3) / 700, 1e-9);  // 700, 150, 150
@@ -210,7 +210,7 @@ TEST_F(RecalibrationCoordinatorTest, SumsEveryRoutersLoad) {
   RecalibrationCoordinatorOptions o = Options();
   o.min_tokens = 1500;  // each router alone reports 1000
   o.sustain = 1;
-  RecalibrationCoordinator c(o, &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(o, cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 1), "recalibrated:0");
   EXPECT_EQ(decisions_[0].window_tokens, 2000u);
   EXPECT_EQ(cluster.active_[0].version, 1u);
@@ -220,7 +220,7 @@ TEST_F(RecalibrationCoordinatorTest, SumsEveryRoutersLoad) {
 TEST_F(RecalibrationCoordinatorTest, RoutersOnTheSameVersionWithDifferentTablesAreAFailedCheck) {
   FakeCluster cluster(/*num_routers=*/2);
   cluster.active_[1].MutableReplicas(0, 0) = {1};
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 1), "failed:0");
   EXPECT_THAT(decisions_[0].status,
               common::testing::StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -232,7 +232,7 @@ TEST_F(RecalibrationCoordinatorTest, FinishesAnInterruptedSwitchBeforeJudging) {
   FakeCluster cluster(/*num_routers=*/2);
   cluster.active_[1].version = 3;
   cluster.SetEven();
-  RecalibrationCoordinator c(Options(), &cluster, &clock_, &registry_);
+  RecalibrationCoordinator c(Options(), cluster, clock_, registry_);
   EXPECT_EQ(Run(c, 1), "balanced:0");
   EXPECT_EQ(decisions_[0].routers_converged, 1);
   EXPECT_EQ(decisions_[0].placement_version, 3u);
@@ -243,7 +243,7 @@ TEST_F(RecalibrationCoordinatorTest, FinishesAnInterruptedSwitchBeforeJudging) {
   other.active_[1].version = 3;
   RecalibrationCoordinatorOptions dry = Options();
   dry.dry_run = true;
-  RecalibrationCoordinator d(dry, &other, &clock_, &registry_);
+  RecalibrationCoordinator d(dry, other, clock_, registry_);
   auto decision = d.Check();
   EXPECT_EQ(decision.action, CoordinatorAction::kFailed);
   EXPECT_EQ(other.active_[0].version, 0u);

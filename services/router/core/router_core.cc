@@ -18,8 +18,8 @@ absl::Status RouterCoreOptions::Validate() const {
 }
 
 absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreOptions& options,
-                                                               common::metrics::Registry* registry,
-                                                               common::Clock* clock,
+                                                               common::metrics::Registry& registry,
+                                                               common::Clock& clock,
                                                                engine::ExpertExecutor* experts) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<RouterCore> core(new RouterCore());
@@ -68,13 +68,11 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
       scheduler_options.eos_token_ids.push_back(static_cast<int32_t>(config.eos_token_id));
     }
   }
-  if (registry != nullptr) {
-    core->metrics_ =
-        std::make_unique<RouterMetrics>(*registry, core->model_name_, options.vllm_metric_aliases);
-  }
+  core->metrics_ =
+      std::make_unique<RouterMetrics>(registry, core->model_name_, options.vllm_metric_aliases);
   ASSIGN_OR_RETURN(core->scheduler_,
                    Scheduler::Create(scheduler_options, std::move(block_manager),
-                                     core->runner_.get(), clock, core->metrics_.get()));
+                                     *core->runner_, clock, *core->metrics_));
   return core;
 }
 

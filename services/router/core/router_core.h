@@ -88,7 +88,7 @@ class RouterCore {
   // RemoteExpertExecutor of a disaggregated router); the checkpoint is then opened without
   // the routed experts' tensors. Null = in-process (LocalExpertExecutor over all tensors).
   static absl::StatusOr<std::unique_ptr<RouterCore>> Create(
-      const RouterCoreOptions& options, common::metrics::Registry* registry, common::Clock* clock,
+      const RouterCoreOptions& options, common::metrics::Registry& registry, common::Clock& clock,
       engine::ExpertExecutor* experts = nullptr);
   // Shuts the scheduler down (aborting what runs) before the engine goes.
   ~RouterCore();

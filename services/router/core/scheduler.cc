@@ -28,7 +28,7 @@ using generation::Usage;
 class Scheduler::Impl {
  public:
   Impl(const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
-       ModelRunner* runner, common::Clock* clock, RouterMetrics* metrics);
+       ModelRunner& runner, common::Clock& clock, RouterMetrics& metrics);
   ~Impl();
 
   absl::StatusOr<SubmittedRequest> Submit(GenerateRequest request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -99,9 +99,9 @@ class Scheduler::Impl {
 
   // Constant after construction.
   const SchedulerOptions options_;
-  ModelRunner* const runner_;
-  common::Clock* const clock_;
-  RouterMetrics* const metrics_;
+  ModelRunner& runner_;
+  common::Clock& clock_;
+  RouterMetrics& metrics_;
   const int64_t vocab_size_;
   const int64_t max_context_;
   const std::shared_ptr<Waker> waker_;
@@ -146,20 +146,18 @@ class Scheduler::Impl {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
-    ModelRunner* runner, common::Clock* clock, RouterMetrics* metrics) {
+    ModelRunner& runner, common::Clock& clock, RouterMetrics& metrics) {
   RETURN_IF_ERROR(options.Validate());
-  if (block_manager == nullptr || runner == nullptr || clock == nullptr) {
-    return absl::InvalidArgumentError("scheduler: block manager, runner and clock are required");
-  }
-  if (block_manager->block_size() != runner->kv_block_size()) {
+  if (block_manager == nullptr) return absl::InvalidArgumentError("scheduler: no block manager");
+  if (block_manager->block_size() != runner.kv_block_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler: block manager block size ", block_manager->block_size(),
-                     " != KV cache block size ", runner->kv_block_size()));
+                     " != KV cache block size ", runner.kv_block_size()));
   }
-  if (block_manager->num_blocks() > runner->num_kv_blocks()) {
+  if (block_manager->num_blocks() > runner.num_kv_blocks()) {
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler: block manager has ", block_manager->num_blocks(),
-                     " blocks, the KV cache only ", runner->num_kv_blocks()));
+                     " blocks, the KV cache only ", runner.num_kv_blocks()));
   }
   return std::unique_ptr<Scheduler>(new Scheduler(
       std::make_unique<Impl>(options, std::move(block_manager), runner, clock, metrics)));
@@ -185,14 +183,14 @@ const SchedulerOptions& Scheduler::options() const { return impl_->options(); }
 // Scheduler::Impl
 
 Scheduler::Impl::Impl(const SchedulerOptions& options,
-                      std::unique_ptr<kv::BlockManager> block_manager, ModelRunner* runner,
-                      common::Clock* clock, RouterMetrics* metrics)
+                      std::unique_ptr<kv::BlockManager> block_manager, ModelRunner& runner,
+                      common::Clock& clock, RouterMetrics& metrics)
     : options_(options),
       runner_(runner),
       clock_(clock),
       metrics_(metrics),
-      vocab_size_(runner->vocab_size()),
-      max_context_(runner->max_context()),
+      vocab_size_(runner.vocab_size()),
+      max_context_(runner.max_context()),
       waker_(std::make_shared<Waker>()),
       block_manager_(std::move(block_manager)),
       seed_rng_(options.random_seed) {
@@ -248,7 +246,7 @@ absl::StatusOr<SubmittedRequest> Scheduler::Impl::Submit(GenerateRequest request
   seq->request = std::move(request);
   seq->stream = std::make_shared<RequestStream>(options_.stream_capacity);
   seq->stream->SetOnRoom([waker = waker_] { waker->Wake(); });
-  seq->arrival = clock_->Now();
+  seq->arrival = clock_.Now();
   SubmittedRequest out;
   out.stream = seq->stream;
   absl::MutexLock lock(&mu_);
@@ -320,14 +318,14 @@ void Scheduler::Impl::Loop() {
   for (;;) {
     const int64_t progress = Step();
     absl::MutexLock lock(&mu_);
-    if (!accepting_ && (!has_work_ || clock_->Now() >= drain_deadline_)) break;
+    if (!accepting_ && (!has_work_ || clock_.Now() >= drain_deadline_)) break;
     if (progress > 0) continue;
     // Idle, or every request is held back: sleep until something changes or a deadline passes.
     absl::Time until =
         std::min(next_deadline_, accepting_ ? absl::InfiniteFuture() : drain_deadline_);
     absl::Duration timeout = until == absl::InfiniteFuture()
                                  ? absl::InfiniteDuration()
-                                 : std::max(absl::ZeroDuration(), until - clock_->Now());
+                                 : std::max(absl::ZeroDuration(), until - clock_.Now());
     mu_.AwaitWithTimeout(absl::Condition(&wake_), timeout);
     wake_ = false;
   }
@@ -387,14 +385,12 @@ void Scheduler::Impl::Finish(Sequence& seq, FinishReason reason, absl::Status st
   seq.stream->Finish(reason, std::move(status), usage);
   ++num_finished_;
   finished_any_ = true;
-  if (metrics_ != nullptr) {
-    const absl::Time now = clock_->Now();
-    metrics_->requests(reason).Increment();
-    metrics_->e2e_seconds.Observe(absl::ToDoubleSeconds(now - seq.arrival));
-    if (seq.num_generated >= 2) {
-      metrics_->tpot_seconds.Observe(absl::ToDoubleSeconds(seq.last_token - seq.first_token) /
-                                     static_cast<double>(seq.num_generated - 1));
-    }
+  const absl::Time now = clock_.Now();
+  metrics_.requests(reason).Increment();
+  metrics_.e2e_seconds.Observe(absl::ToDoubleSeconds(now - seq.arrival));
+  if (seq.num_generated >= 2) {
+    metrics_.tpot_seconds.Observe(absl::ToDoubleSeconds(seq.last_token - seq.first_token) /
+                                  static_cast<double>(seq.num_generated - 1));
   }
 }
 
@@ -409,7 +405,7 @@ void Scheduler::Impl::RemoveFinished() {
 
 int64_t Scheduler::Impl::Step() {
   DrainInbox();
-  const absl::Time start = clock_->Now();
+  const absl::Time start = clock_.Now();
   ExpireDeadlines(start);
   RemoveFinished();
   auto has_room = [](const SequenceState& s) {
@@ -450,16 +446,14 @@ void Scheduler::Impl::ApplyPlan(absl::Time start) {
     seq.sampler = std::make_unique<engine::SequenceSampler>(
         seq.request.sampling, absl::MakeConstSpan(seq.tokens.data(), seq.num_prompt), vocab_size_,
         seq.seed);
-    if (metrics_ != nullptr) {
-      metrics_->queue_seconds.Observe(absl::ToDoubleSeconds(start - seq.arrival));
-      metrics_->prompt_tokens_total.Increment(static_cast<double>(seq.num_prompt));
-      metrics_->cached_prompt_tokens_total.Increment(static_cast<double>(a.num_cached_tokens));
-    }
+    metrics_.queue_seconds.Observe(absl::ToDoubleSeconds(start - seq.arrival));
+    metrics_.prompt_tokens_total.Increment(static_cast<double>(seq.num_prompt));
+    metrics_.cached_prompt_tokens_total.Increment(static_cast<double>(a.num_cached_tokens));
   }
   for (const PlannedCopy& c : plan_.copies) {
     Sequence& seq = Seq(c.seq);
     if (seq.finished) continue;
-    if (absl::Status s = runner_->CopyBlock(c.op.src_block_id, c.op.dst_block_id); !s.ok()) {
+    if (absl::Status s = runner_.CopyBlock(c.op.src_block_id, c.op.dst_block_id); !s.ok()) {
       Finish(seq, FinishReason::kError, std::move(s));  // RunBatch drops its chunk
     }
   }
@@ -482,15 +476,15 @@ int64_t Scheduler::Impl::RunBatch() {
     chunks_[i].block_table = std::span<const int32_t>(table->data(), table->size());
   }
   ++num_steps_;
-  const absl::Status status = runner_->Step(chunks_, &logits_);
-  const absl::Time now = clock_->Now();
+  const absl::Status status = runner_.Step(chunks_, &logits_);
+  const absl::Time now = clock_.Now();
   if (!status.ok()) {
     for (Sequence* seq : chunk_seqs_) Finish(*seq, FinishReason::kError, status);
   } else {
     size_t row = 0;
     for (size_t i = 0; i < chunks_.size(); ++i) {
       Sequence& seq = *chunk_seqs_[i];
-      if (absl::Status failed = runner_->ChunkStatus(i); !failed.ok()) {
+      if (absl::Status failed = runner_.ChunkStatus(i); !failed.ok()) {
         // Only this sequence hit an unavailable expert: end it, the others go on.
         if (chunks_[i].want_logits) ++row;
         Finish(seq, FinishReason::kError, std::move(failed));
@@ -525,11 +519,10 @@ void Scheduler::Impl::ProcessLogits(Sequence& seq, const float* logits, absl::Ti
   seq.stream->PushToken(token, params.logprobs >= 0 ? &sampled : nullptr);
   if (seq.num_generated == 1) {
     seq.first_token = now;
-    if (metrics_ != nullptr)
-      metrics_->ttft_seconds.Observe(absl::ToDoubleSeconds(now - seq.arrival));
+    metrics_.ttft_seconds.Observe(absl::ToDoubleSeconds(now - seq.arrival));
   }
   seq.last_token = now;
-  if (metrics_ != nullptr) metrics_->generation_tokens_total.Increment();
+  metrics_.generation_tokens_total.Increment();
 
   auto contains = [token](const std::vector<int32_t>& ids) {
     return std::find(ids.begin(), ids.end(), token) != ids.end();
@@ -550,19 +543,17 @@ void Scheduler::Impl::PublishStats(int64_t step_tokens, int64_t step_seqs) {
   }
   const int64_t num_running = static_cast<int64_t>(queues_.running.size());
   const int64_t num_waiting = static_cast<int64_t>(queues_.waiting.size());
-  if (metrics_ != nullptr) {
-    metrics_->requests_running.Set(static_cast<double>(num_running));
-    metrics_->requests_waiting.Set(static_cast<double>(num_waiting));
-    metrics_->kv_usage_ratio_l1.Set(kv_stats.usage_ratio);
-    if (metrics_->vllm_num_requests_waiting != nullptr) {
-      metrics_->vllm_num_requests_waiting->Set(static_cast<double>(num_waiting));
-      metrics_->vllm_kv_cache_usage_perc->Set(kv_stats.usage_ratio);
-    }
-    metrics_->prefix_cache_queries_total_l1.Increment(
-        static_cast<double>(kv_stats.prefix_cache_queries - last_prefix_queries_));
-    metrics_->prefix_cache_hits_total_l1.Increment(
-        static_cast<double>(kv_stats.prefix_cache_hits - last_prefix_hits_));
+  metrics_.requests_running.Set(static_cast<double>(num_running));
+  metrics_.requests_waiting.Set(static_cast<double>(num_waiting));
+  metrics_.kv_usage_ratio_l1.Set(kv_stats.usage_ratio);
+  if (metrics_.vllm_num_requests_waiting != nullptr) {
+    metrics_.vllm_num_requests_waiting->Set(static_cast<double>(num_waiting));
+    metrics_.vllm_kv_cache_usage_perc->Set(kv_stats.usage_ratio);
   }
+  metrics_.prefix_cache_queries_total_l1.Increment(
+      static_cast<double>(kv_stats.prefix_cache_queries - last_prefix_queries_));
+  metrics_.prefix_cache_hits_total_l1.Increment(
+      static_cast<double>(kv_stats.prefix_cache_hits - last_prefix_hits_));
   last_prefix_queries_ = kv_stats.prefix_cache_queries;
   last_prefix_hits_ = kv_stats.prefix_cache_hits;
 

@@ -65,13 +65,13 @@ struct SubmittedRequest {
 
 class Scheduler {
  public:
-  // `runner`, `clock` and `metrics` are borrowed and must outlive the scheduler; `metrics` may be
-  // null (no metrics). The block manager's pool must match the runner's KV cache (same block
-  // size, at most runner->num_kv_blocks() blocks).
+  // `runner`, `clock` and `metrics` are borrowed and must outlive the scheduler. The block
+  // manager's pool must match the runner's KV cache (same block size, at most
+  // runner.num_kv_blocks() blocks).
   // Errors: INVALID_ARGUMENT (bad options or mismatched pool).
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
-      ModelRunner* runner, common::Clock* clock, RouterMetrics* metrics);
+      ModelRunner& runner, common::Clock& clock, RouterMetrics& metrics);
   // Aborts what is left and joins the loop (see Shutdown).
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;

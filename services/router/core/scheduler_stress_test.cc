@@ -73,8 +73,10 @@ TEST(SchedulerStressTest, HundredsOfRandomRequestsEndWithEveryBlockFree) {
   options.max_batch_tokens = 64;
   options.chunked_prefill_size = 16;
   options.max_waiting = 10000;
-  ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Create(options, std::move(*blocks), &runner,
-                                                         &common::SystemClock::Get(), nullptr));
+  common::metrics::Registry registry;  // isolated
+  RouterMetrics metrics(registry, "m");
+  ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Create(options, std::move(*blocks), runner,
+                                                         common::SystemClock::Get(), metrics));
   std::vector<Case> cases;
   int errors = 0;
   for (int step = 0; step < 20000 && (cases.size() < 400 || scheduler->HasWork()); ++step) {
@@ -136,8 +138,10 @@ TEST(SchedulerStressTest, ThreadedClientsWithTheLoopRunning) {
   options.max_batch_tokens = 48;
   options.chunked_prefill_size = 16;
   options.stream_capacity = 4;
-  ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Create(options, std::move(*blocks), &runner,
-                                                         &common::SystemClock::Get(), nullptr));
+  common::metrics::Registry registry;  // isolated
+  RouterMetrics metrics(registry, "m");
+  ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Create(options, std::move(*blocks), runner,
+                                                         common::SystemClock::Get(), metrics));
   ASSERT_OK(scheduler->Start());
   constexpr int kThreads = 4, kPerThread = 50;
   std::vector<std::vector<Case>> per_thread(kThreads);

@@ -53,12 +53,11 @@ std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_token
 // A scheduler over a fake runner, stepped by hand.
 struct Harness {
   explicit Harness(SchedulerOptions options = {}, FakeModelRunnerOptions runner_options = {},
-                   bool prefix_caching = true, bool with_metrics = false)
+                   bool prefix_caching = true)
       : runner(runner_options) {
-    if (with_metrics) metrics = std::make_unique<RouterMetrics>(registry, "m");
     auto blocks = testing::MakeBlockManager(runner, prefix_caching);
     MOE_CHECK_OK(blocks.status());
-    auto created = Scheduler::Create(options, std::move(*blocks), &runner, &clock, metrics.get());
+    auto created = Scheduler::Create(options, std::move(*blocks), runner, clock, metrics);
     MOE_CHECK_OK(created.status());
     scheduler = std::move(*created);
   }
@@ -85,8 +84,8 @@ struct Harness {
 
   FakeClock clock;
   FakeModelRunner runner;
-  common::metrics::Registry registry;
-  std::unique_ptr<RouterMetrics> metrics;
+  common::metrics::Registry registry;  // isolated: this harness's metrics only
+  RouterMetrics metrics{registry, "m"};
   std::unique_ptr<Scheduler> scheduler;
   std::vector<common::SeqId> ids;
 };
@@ -552,8 +551,7 @@ TEST(SchedulerTest, SequenceOutgrowingTheWholeCacheEndsWithError) {
 }
 
 TEST(SchedulerTest, MetricsFollowTheDesignNames) {
-  Harness h(SchedulerOptions{}, FakeModelRunnerOptions{.kv_block_size = 4}, true,
-            /*with_metrics=*/true);
+  Harness h(SchedulerOptions{}, FakeModelRunnerOptions{.kv_block_size = 4});
   const auto prompt = Tokens(12, 1);
   h.RunAll({h.Submit(GreedyRequest(prompt, 3))});
   h.clock.Advance(absl::Seconds(1));
@@ -591,7 +589,7 @@ TEST(SchedulerTest, VllmMetricAliasesWhenAsked) {
   ASSERT_OK(blocks.status());
   FakeClock clock;
   ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Create(SchedulerOptions{}, std::move(*blocks),
-                                                         &runner, &clock, &metrics));
+                                                         runner, clock, metrics));
   ASSERT_OK(scheduler->Submit(GreedyRequest(Tokens(8, 1), 2)).status());
   scheduler->Step();
   EXPECT_THAT(registry.Value("vllm:num_requests_waiting", {{"model_name", "m"}}), IsOkAndHolds(0));
@@ -605,9 +603,11 @@ TEST(SchedulerTest, LoopThreadServesConcurrentSubmitters) {
   FakeModelRunner runner(FakeModelRunnerOptions{.num_kv_blocks = 40, .kv_block_size = 4});
   auto blocks = testing::MakeBlockManager(runner, true);
   ASSERT_OK(blocks.status());
+  common::metrics::Registry registry;  // isolated
+  RouterMetrics metrics(registry, "m");
   ASSERT_OK_AND_ASSIGN(auto scheduler,
-                       Scheduler::Create(SchedulerOptions{}, std::move(*blocks), &runner,
-                                         &common::SystemClock::Get(), nullptr));
+                       Scheduler::Create(SchedulerOptions{}, std::move(*blocks), runner,
+                                         common::SystemClock::Get(), metrics));
   ASSERT_OK(scheduler->Start());
   EXPECT_THAT(scheduler->Start(), StatusIs(absl::StatusCode::kFailedPrecondition));
   std::vector<std::thread> clients;
@@ -634,8 +634,10 @@ TEST(SchedulerTest, ShutdownAbortsWhatCannotFinish) {
   ASSERT_OK(blocks.status());
   SchedulerOptions options;
   options.stream_capacity = 1;
-  ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Create(options, std::move(*blocks), &runner,
-                                                         &common::SystemClock::Get(), nullptr));
+  common::metrics::Registry registry;  // isolated
+  RouterMetrics metrics(registry, "m");
+  ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Create(options, std::move(*blocks), runner,
+                                                         common::SystemClock::Get(), metrics));
   ASSERT_OK(scheduler->Start());
   ASSERT_OK_AND_ASSIGN(auto submitted, scheduler->Submit(GreedyRequest(Tokens(5, 1), 100)));
   // Never read: the request is held back after one token and cannot finish.
