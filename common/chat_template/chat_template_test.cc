@@ -20,7 +20,7 @@ using ::testing::HasSubstr;
 // Renders `source` with `context`; returns the output or "ERROR: <message>".
 template <typename Json = json>
 std::string R(std::string_view source, const Json& context = Json::object()) {
-  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source, common::SystemClock::Get());
   if (!t.ok()) return "ERROR: " + std::string(t.status().message());
   absl::StatusOr<std::string> out = t->Render(context);
   if (!out.ok()) return "ERROR: " + std::string(out.status().message());
@@ -194,7 +194,8 @@ TEST(ChatTemplateTest, ErrorsCarryLineAndColumnAndNeverCrash) {
   // Every prefix of a real-looking template parses or fails cleanly.
   const std::string source(*FallbackTemplate("mistral"));
   for (size_t n = 0; n <= source.size(); ++n) {
-    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source.substr(0, n));
+    absl::StatusOr<ChatTemplate> t =
+        ChatTemplate::Parse(source.substr(0, n), common::SystemClock::Get());
     if (t.ok()) {
       (void)t->Render(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}});
     }
@@ -202,31 +203,33 @@ TEST(ChatTemplateTest, ErrorsCarryLineAndColumnAndNeverCrash) {
 }
 
 TEST(ChatTemplateTest, LimitsStopRunawayTemplates) {
-  absl::StatusOr<ChatTemplate> t =
-      ChatTemplate::Parse("{% for i in range(100000000) %}x{% endfor %}");
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(
+      "{% for i in range(100000000) %}x{% endfor %}", common::SystemClock::Get());
   ASSERT_OK(t.status());
   EXPECT_THAT(t->Render(json::object()), StatusIs(absl::StatusCode::kResourceExhausted));
-  t = ChatTemplate::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  t = ChatTemplate::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+                          common::SystemClock::Get());
   ASSERT_OK(t.status());
   EXPECT_THAT(t->Render(json::object()), StatusIs(absl::StatusCode::kResourceExhausted));
   t = ChatTemplate::Parse(
       "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in "
       "range(1000) %}{% endfor %}{% endfor %}{% endfor %}",
-      {.max_steps = 100'000});
+      common::SystemClock::Get(), {.max_steps = 100'000});
   ASSERT_OK(t.status());
   EXPECT_THAT(t->Render(json::object()), StatusIs(absl::StatusCode::kResourceExhausted));
-  t = ChatTemplate::Parse("{{ 'x' * 100000000 }}", {.max_output_bytes = 1000});
+  t = ChatTemplate::Parse("{{ 'x' * 100000000 }}", common::SystemClock::Get(),
+                          {.max_output_bytes = 1000});
   ASSERT_OK(t.status());
   EXPECT_THAT(t->Render(json::object()), StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(ChatTemplate::Parse("x", {.max_steps = 0}).status(),
+  EXPECT_THAT(ChatTemplate::Parse("x", common::SystemClock::Get(), {.max_steps = 0}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ChatTemplateTest, StrftimeNowUsesTheInjectedClock) {
   common::testing::FakeClock clock(
       absl::FromCivil(absl::CivilSecond(2024, 7, 26, 10, 5, 0), absl::UTCTimeZone()));
-  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(
-      "{{ strftime_now('%d %b %Y %H:%M') }}", {.clock = &clock, .time_zone = absl::UTCTimeZone()});
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse("{{ strftime_now('%d %b %Y %H:%M') }}",
+                                                       clock, {.time_zone = absl::UTCTimeZone()});
   ASSERT_OK(t.status());
   EXPECT_THAT(t->Render(json::object()), common::testing::IsOkAndHolds("26 Jul 2024 10:05"));
 }
@@ -273,7 +276,8 @@ TEST(ChatTemplateTest, TemplateFromTokenizerConfig) {
 }
 
 TEST(ChatTemplateTest, RenderIsThreadSafeOnASharedTemplate) {
-  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(std::string(*FallbackTemplate("chatml")));
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Parse(std::string(*FallbackTemplate("chatml")), common::SystemClock::Get());
   ASSERT_OK(t.status());
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};

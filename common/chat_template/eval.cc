@@ -60,8 +60,7 @@ int Compare3(double a, double b) { return a < b ? -1 : (a > b ? 1 : 0); }
 
 }  // namespace
 
-Interpreter::Interpreter(const EvalLimits& limits, const common::Clock& clock,
-                         absl::TimeZone time_zone)
+Interpreter::Interpreter(const EvalLimits& limits, common::Clock& clock, absl::TimeZone time_zone)
     : limits_(limits), clock_(clock), time_zone_(time_zone) {}
 
 absl::StatusOr<std::string> Interpreter::Render(const StmtList& program, const ValueDict& context) {

@@ -34,7 +34,7 @@ struct Frame {
 class Interpreter {
  public:
   // `clock` and `time_zone` serve strftime_now(); `clock` must outlive the interpreter.
-  Interpreter(const EvalLimits& limits, const common::Clock& clock, absl::TimeZone time_zone);
+  Interpreter(const EvalLimits& limits, common::Clock& clock, absl::TimeZone time_zone);
 
   // Renders `program` with `context` (a dict) as the template's variables.
   // Errors: kInvalidArgument with line:column for template errors and raise_exception(),
@@ -73,7 +73,7 @@ class Interpreter {
   absl::Status ErrorAt(const Expr& e, std::string_view msg) const;
 
   const EvalLimits limits_;
-  const common::Clock& clock_;
+  common::Clock& clock_;
   const absl::TimeZone time_zone_;
   std::shared_ptr<Frame> frame_;
   // Frames captured by macros (a macro stored in the frame it closes over is a reference

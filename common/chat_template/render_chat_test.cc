@@ -20,8 +20,9 @@ constexpr char kEcho[] =
     "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
     "{% if enable_thinking is defined %}[thinking={{ enable_thinking }}]{% endif %}{{ eos_token }}";
 
-ChatTemplate Parse(std::string_view source, const ChatTemplateOptions& options = {}) {
-  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source, options);
+ChatTemplate Parse(std::string_view source, common::Clock& clock = common::SystemClock::Get(),
+                   const ChatTemplateOptions& options = {}) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source, clock, options);
   EXPECT_TRUE(t.ok()) << t.status();
   return *std::move(t);
 }
@@ -57,7 +58,7 @@ TEST(RenderChatTest, StrftimeNowReadsTheTemplatesClock) {
   common::testing::FakeClock clock(
       absl::FromCivil(absl::CivilSecond(2025, 3, 4, 5, 6, 7), absl::UTCTimeZone()));
   ChatTemplate tmpl =
-      Parse("{{ strftime_now('%Y-%m-%d') }}", {.clock = &clock, .time_zone = absl::UTCTimeZone()});
+      Parse("{{ strftime_now('%Y-%m-%d') }}", clock, {.time_zone = absl::UTCTimeZone()});
   EXPECT_THAT(RenderChat(tmpl, {}, {}), IsOkAndHolds("2025-03-04"));
 }
 

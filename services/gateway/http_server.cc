@@ -120,7 +120,7 @@ class Writer final : public ResponseWriter {
 
 class Server final : public HttpServer {
  public:
-  Server(const HttpOptions& options, Handler handler, GatewayMetrics* metrics)
+  Server(const HttpOptions& options, Handler handler, GatewayMetrics& metrics)
       : options_(options),
         handler_(std::move(handler)),
         metrics_(metrics),
@@ -191,7 +191,7 @@ class Server final : public HttpServer {
   // For connections.
   const HttpOptions& options() const { return options_; }
   const Handler& handler() const { return handler_; }
-  GatewayMetrics* metrics() const { return metrics_; }
+  GatewayMetrics& metrics() const { return metrics_; }
   void Register(Connection* c, std::weak_ptr<Connection> weak) {
     std::lock_guard<std::mutex> lock(mu_);
     connections_[c] = std::move(weak);
@@ -202,12 +202,10 @@ class Server final : public HttpServer {
       connections_.erase(c);
     }
     open_.fetch_sub(1);
-    if (metrics_ != nullptr) metrics_->connections_open.Decrement();
+    metrics_.connections_open.Decrement();
   }
   void CountResponse(int status) {
-    if (metrics_ != nullptr) {
-      metrics_->http_responses_total.Add({{"code", absl::StrCat(status)}}).Increment();
-    }
+    metrics_.http_responses_total.Add({{"code", absl::StrCat(status)}}).Increment();
   }
 
  private:
@@ -224,7 +222,7 @@ class Server final : public HttpServer {
         s.close(ignored);
       } else {
         open_.fetch_add(1);
-        if (metrics_ != nullptr) metrics_->connections_open.Increment();
+        metrics_.connections_open.Increment();
         s.set_option(tcp::no_delay(true), ec);
         auto conn = std::make_shared<Connection>(std::move(s), this);
         Register(conn.get(), conn);
@@ -236,7 +234,7 @@ class Server final : public HttpServer {
 
   const HttpOptions options_;
   const Handler handler_;
-  GatewayMetrics* const metrics_;
+  GatewayMetrics& metrics_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   net::executor_work_guard<net::io_context::executor_type> work_;
@@ -490,7 +488,7 @@ void Connection::Drain() {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options,
                                                               Handler handler,
-                                                              GatewayMetrics* metrics) {
+                                                              GatewayMetrics& metrics) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   auto server = std::make_unique<Server>(options, std::move(handler), metrics);
   if (absl::Status s = server->Bind(); !s.ok()) return s;

@@ -26,10 +26,11 @@ class HttpServer {
   using Handler = std::function<CancelFn(HttpRequest, std::shared_ptr<ResponseWriter>)>;
 
   // Binds options.host:options.port (0 = a free port) and starts options.io_threads threads.
-  // kUnavailable when the address cannot be bound. `metrics` may be null.
+  // kUnavailable when the address cannot be bound. `metrics` is borrowed and must outlive the
+  // server.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpOptions& options,
                                                            Handler handler,
-                                                           GatewayMetrics* metrics);
+                                                           GatewayMetrics& metrics);
   virtual ~HttpServer() = default;
 
   virtual int port() const = 0;

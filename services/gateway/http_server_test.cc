@@ -32,9 +32,9 @@ class HttpServerTest : public ::testing::Test {
     options.model_dir = "/unused";
     options.http.host = "127.0.0.1";
     options.http.port = 0;
-    auto gw = Gateway::Create(
-        options, ModelInfo{"tiny", 512, 0},
-        GatewayDeps{tokenizer_.get(), backend_.get(), &common::SystemClock::Get(), &registry_});
+    auto gw =
+        Gateway::Create(options, ModelInfo{"tiny", 512, 0},
+                        GatewayDeps{*tokenizer_, *backend_, common::SystemClock::Get(), registry_});
     ASSERT_OK(gw.status());
     gateway_ = std::move(gw).value();
     Gateway* core = gateway_.get();
@@ -43,7 +43,7 @@ class HttpServerTest : public ::testing::Test {
         [core](HttpRequest r, std::shared_ptr<ResponseWriter> w) {
           return core->Handle(std::move(r), std::move(w));
         },
-        &core->metrics());
+        core->metrics());
     ASSERT_OK(server.status());
     server_ = std::move(server).value();
     port_ = server_->port();

@@ -58,8 +58,8 @@ absl::Status Run(int argc, char** argv) {
   common::SystemClock& clock = common::SystemClock::Get();
   auto backend = gateway::GrpcBackend::Create(options->routing, model->id);
   if (!backend.ok()) return backend.status();
-  auto gw = gateway::Gateway::Create(
-      *options, *model, gateway::GatewayDeps{tokenizer->get(), backend->get(), &clock, &registry});
+  auto gw = gateway::Gateway::Create(*options, *model,
+                                     gateway::GatewayDeps{**tokenizer, **backend, clock, registry});
   if (!gw.ok()) return gw.status();
   gateway::Gateway* core = gw->get();
   auto server = gateway::HttpServer::Start(
@@ -67,7 +67,7 @@ absl::Status Run(int argc, char** argv) {
       [core](gateway::HttpRequest request, std::shared_ptr<gateway::ResponseWriter> writer) {
         return core->Handle(std::move(request), std::move(writer));
       },
-      &core->metrics());
+      core->metrics());
   if (!server.ok()) return server.status();
   common::rpc::PrintListeningLine({.http = (*server)->port()});
   MOE_LOG_INFO("gateway: serving {} (context {}) on http://{}:{}, {} router(s)", model->id,

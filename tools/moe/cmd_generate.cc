@@ -192,8 +192,9 @@ absl::StatusOr<std::vector<int32_t>> RenderChatPrompt(const tokenizer::Tokenizer
   if (tok.chat_template().empty()) {
     return absl::FailedPreconditionError("--chat: the model's tokenizer has no chat_template");
   }
-  ASSIGN_OR_RETURN(chat_template::ChatTemplate tmpl,
-                   chat_template::ChatTemplate::Parse(tok.chat_template()));
+  ASSIGN_OR_RETURN(
+      chat_template::ChatTemplate tmpl,
+      chat_template::ChatTemplate::Parse(tok.chat_template(), common::SystemClock::Get()));
   ASSIGN_OR_RETURN(
       std::string text,
       chat_template::RenderChat(

@@ -10,9 +10,8 @@ using generation::FinishReason;
 using generation::Usage;
 
 CompletionSession::CompletionSession(SessionParams params, const tokenizer::Tokenizer& tokenizer,
-                                     std::shared_ptr<ResponseWriter> writer,
-                                     const common::Clock& clock, GatewayMetrics* metrics,
-                                     std::function<void()> on_done)
+                                     std::shared_ptr<ResponseWriter> writer, common::Clock& clock,
+                                     GatewayMetrics& metrics, std::function<void()> on_done)
     : params_(std::move(params)),
       tokenizer_(tokenizer),
       writer_(std::move(writer)),
@@ -69,8 +68,8 @@ void CompletionSession::OnUpdate(GenerateUpdate update) {
     if (!update.token_ids.empty()) {
       if (!first_token_at_) {
         first_token_at_ = now;
-        metrics_->ttft_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
-        metrics_->stage_route_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
+        metrics_.ttft_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
+        metrics_.stage_route_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
       }
       last_token_at_ = now;
     }
@@ -114,7 +113,7 @@ void CompletionSession::OnUpdate(GenerateUpdate update) {
       text_ += delta;
       for (RenderedLogprob& lp : lps) logprobs_.push_back(std::move(lp));
     }
-    metrics_->stage_render_seconds.Observe(absl::ToDoubleSeconds(clock_.Now() - render_start));
+    metrics_.stage_render_seconds.Observe(absl::ToDoubleSeconds(clock_.Now() - render_start));
     if (hit) {
       // Stopped by a stop string: usage as far as we know it; end the generation at once.
       FinishLocked(FinishReason::kStop, std::nullopt);
@@ -157,9 +156,9 @@ void CompletionSession::FinishLocked(FinishReason reason, std::optional<Usage> u
   finished_ = true;
   Usage u = usage.value_or(Usage{params_.prompt_tokens, tokens_seen_, 0});
   if (u.prompt_tokens == 0) u.prompt_tokens = params_.prompt_tokens;
-  metrics_->prompt_tokens_total.Increment(u.prompt_tokens);
-  metrics_->generation_tokens_total.Increment(u.completion_tokens);
-  metrics_->cached_prompt_tokens_total.Increment(u.cached_prompt_tokens);
+  metrics_.prompt_tokens_total.Increment(u.prompt_tokens);
+  metrics_.generation_tokens_total.Increment(u.completion_tokens);
+  metrics_.cached_prompt_tokens_total.Increment(u.cached_prompt_tokens);
   // Account for the request (metrics, in-flight slot) before the client can see its end, so a
   // client that reads the last byte and then scrapes /metrics or sends again sees it finished.
   EndLocked(reason);
@@ -196,11 +195,11 @@ void CompletionSession::FailLocked(const absl::Status& status) {
 
 void CompletionSession::EndLocked(FinishReason reason) {
   const absl::Time now = clock_.Now();
-  metrics_->CountFinish(reason);
-  metrics_->e2e_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
+  metrics_.CountFinish(reason);
+  metrics_.e2e_seconds.Observe(absl::ToDoubleSeconds(now - params_.received));
   if (first_token_at_ && tokens_seen_ > 1) {
-    metrics_->tpot_seconds.Observe(absl::ToDoubleSeconds(last_token_at_ - *first_token_at_) /
-                                   (tokens_seen_ - 1));
+    metrics_.tpot_seconds.Observe(absl::ToDoubleSeconds(last_token_at_ - *first_token_at_) /
+                                  (tokens_seen_ - 1));
   }
   if (on_done_) {
     std::function<void()> done = std::move(on_done_);

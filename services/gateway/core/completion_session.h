@@ -51,8 +51,8 @@ class CompletionSession final : public GenerateObserver,
   // `on_done` runs once when the session ends, however it ends (frees the in-flight slot).
   // Everything referenced must outlive the session.
   CompletionSession(SessionParams params, const tokenizer::Tokenizer& tokenizer,
-                    std::shared_ptr<ResponseWriter> writer, const common::Clock& clock,
-                    GatewayMetrics* metrics, std::function<void()> on_done);
+                    std::shared_ptr<ResponseWriter> writer, common::Clock& clock,
+                    GatewayMetrics& metrics, std::function<void()> on_done);
   ~CompletionSession() override;
 
   // Starts the generation. Call once.
@@ -78,8 +78,8 @@ class CompletionSession final : public GenerateObserver,
   const SessionParams params_;
   const tokenizer::Tokenizer& tokenizer_;
   const std::shared_ptr<ResponseWriter> writer_;
-  const common::Clock& clock_;
-  GatewayMetrics* const metrics_;
+  common::Clock& clock_;
+  GatewayMetrics& metrics_;
 
   absl::Mutex mu_;
   std::function<void()> on_done_ ABSL_GUARDED_BY(mu_);

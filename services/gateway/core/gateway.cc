@@ -101,17 +101,13 @@ absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options)
 
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& options,
                                                          const ModelInfo& model, GatewayDeps deps) {
-  if (deps.tokenizer == nullptr || deps.backend == nullptr || deps.clock == nullptr ||
-      deps.registry == nullptr) {
-    return absl::InvalidArgumentError("Gateway::Create: every dependency is required");
-  }
   if (model.max_model_len <= 0) {
     return absl::InvalidArgumentError("max_model_len: must be positive");
   }
   ASSIGN_OR_RETURN(std::vector<std::string> keys, LoadApiKeys(options.auth));
   ASSIGN_OR_RETURN(
       std::unique_ptr<PromptBuilder> prompts,
-      PromptBuilder::Create(*deps.tokenizer, options.fallback_chat_template, *deps.clock));
+      PromptBuilder::Create(deps.tokenizer, options.fallback_chat_template, deps.clock));
   return std::unique_ptr<Gateway>(
       new Gateway(options, model, deps, std::move(keys), std::move(prompts)));
 }
@@ -125,7 +121,7 @@ Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayD
       prompts_(std::move(prompts)),
       request_limits_{.max_stop_strings = options.limits.max_stop_strings},
       id_seed_(std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32)),
-      metrics_(*deps.registry, model.id),
+      metrics_(deps.registry, model.id),
       rate_limiter_(options.limits.rate_limit_rps, options.limits.rate_limit_burst, deps.clock),
       in_flight_(options.limits.max_in_flight) {}
 
@@ -167,13 +163,13 @@ CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> wr
   }
   if (path == "/readyz") {
     if (!expect(get)) return nullptr;
-    const bool ready = !draining() && deps_.backend->Ready();
+    const bool ready = !draining() && deps_.backend.Ready();
     Reply(*writer, Text(ready ? 200 : 503, ready ? "ready\n" : "not ready\n"));
     return nullptr;
   }
   if (path == "/metrics") {
     if (!expect(get)) return nullptr;
-    HttpResponse r = Text(200, deps_.registry->TextExposition());
+    HttpResponse r = Text(200, deps_.registry.TextExposition());
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     Reply(*writer, std::move(r));
     return nullptr;
@@ -241,7 +237,7 @@ std::optional<ApiError> Gateway::CheckPromptIds(const CompletionRequest& request
                                                 const std::vector<int32_t>& prompt) const {
   const char* param = PromptParam(request);
   if (prompt.empty()) return ApiError::InvalidParam(param, "The prompt is empty.");
-  const int32_t vocab = deps_.tokenizer->vocab_size();
+  const int32_t vocab = deps_.tokenizer.vocab_size();
   for (int32_t id : prompt) {
     if (id < 0 || id >= vocab) {
       return ApiError::InvalidParam(
@@ -295,7 +291,7 @@ std::optional<ApiError> Gateway::CheckPromptIds(const CompletionRequest& request
 
 CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
                                    const std::shared_ptr<ResponseWriter>& writer) {
-  const absl::Time received = deps_.clock->Now();
+  const absl::Time received = deps_.clock.Now();
   if (draining()) {
     Reject(*writer,
            ApiError::Overloaded("The server is shutting down.", options_.limits.retry_after_s),
@@ -342,7 +338,7 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
            "overloaded");
     return nullptr;
   }
-  metrics_.stage_parse_seconds.Observe(absl::ToDoubleSeconds(deps_.clock->Now() - received));
+  metrics_.stage_parse_seconds.Observe(absl::ToDoubleSeconds(deps_.clock.Now() - received));
   metrics_.requests_running.Increment();
 
   SessionParams params;
@@ -370,12 +366,12 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   generate.cache_salt = request.cache_salt;
   generate.priority = request.priority;
 
-  auto session = std::make_shared<CompletionSession>(std::move(params), *deps_.tokenizer, writer,
-                                                     *deps_.clock, &metrics_, [this] {
+  auto session = std::make_shared<CompletionSession>(std::move(params), deps_.tokenizer, writer,
+                                                     deps_.clock, metrics_, [this] {
                                                        in_flight_.Release();
                                                        metrics_.requests_running.Decrement();
                                                      });
-  session->Start(*deps_.backend, std::move(generate));
+  session->Start(deps_.backend, std::move(generate));
   return [weak = std::weak_ptr<CompletionSession>(session)] {
     if (std::shared_ptr<CompletionSession> s = weak.lock()) s->Cancel();
   };
@@ -429,7 +425,7 @@ HttpResponse Gateway::HandleTokenize(const HttpRequest& request) const {
       }
       add_special = it->get<bool>();
     }
-    ids = deps_.tokenizer->Encode(prompt->get<std::string>(), add_special);
+    ids = deps_.tokenizer.Encode(prompt->get<std::string>(), add_special);
   }
   return JsonResponse(
       Json{{"count", ids.size()}, {"max_model_len", model_.max_model_len}, {"tokens", ids}});
@@ -445,7 +441,7 @@ HttpResponse Gateway::HandleDetokenize(const HttpRequest& request) const {
     return ApiError::InvalidParam("tokens", "'tokens' must be a list of token ids").ToResponse();
   }
   std::vector<int32_t> ids;
-  const int32_t vocab = deps_.tokenizer->vocab_size();
+  const int32_t vocab = deps_.tokenizer.vocab_size();
   for (const Json& t : *tokens) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab) {
       return ApiError::InvalidParam("tokens",
@@ -454,7 +450,7 @@ HttpResponse Gateway::HandleDetokenize(const HttpRequest& request) const {
     }
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
-  return JsonResponse(Json{{"prompt", deps_.tokenizer->Decode(ids, false)}});
+  return JsonResponse(Json{{"prompt", deps_.tokenizer.Decode(ids, false)}});
 }
 
 }  // namespace moe::gateway

@@ -46,11 +46,12 @@ absl::StatusOr<ModelInfo> LoadModelInfo(const GatewayOptions& options);
 // Keys from options.auth (list and file). kNotFound when the file cannot be read.
 absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options);
 
+// What the gateway borrows; everything must outlive it.
 struct GatewayDeps {
-  const tokenizer::Tokenizer* tokenizer = nullptr;  // required
-  GenerateBackend* backend = nullptr;               // required
-  const common::Clock* clock = nullptr;             // required
-  common::metrics::Registry* registry = nullptr;    // required
+  const tokenizer::Tokenizer& tokenizer;
+  GenerateBackend& backend;
+  common::Clock& clock;
+  common::metrics::Registry& registry;
 };
 
 class Gateway {

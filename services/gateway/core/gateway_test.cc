@@ -96,7 +96,7 @@ class GatewayTest : public ::testing::Test {
     backend_ = std::make_unique<FakeBackend>(std::move(backend_options));
     options.model_dir = "/unused";
     auto gw = Gateway::Create(options, ModelInfo{"tiny", 256, 0},
-                              GatewayDeps{tokenizer_.get(), backend_.get(), &clock_, &registry_});
+                              GatewayDeps{*tokenizer_, *backend_, clock_, registry_});
     ASSERT_OK(gw.status());
     gateway_ = std::move(gw).value();
   }

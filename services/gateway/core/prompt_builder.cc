@@ -10,7 +10,7 @@ namespace moe::gateway {
 
 absl::StatusOr<std::unique_ptr<PromptBuilder>> PromptBuilder::Create(
     const tokenizer::Tokenizer& tokenizer, const std::string& fallback_template,
-    const common::Clock& clock) {
+    common::Clock& clock) {
   std::string source = tokenizer.chat_template();
   std::string what = "model";
   if (source.empty()) {
@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<PromptBuilder>> PromptBuilder::Create(
     what = absl::StrCat("fallback:", fallback_template);
   }
   absl::StatusOr<chat_template::ChatTemplate> parsed =
-      chat_template::ChatTemplate::Parse(source, {.clock = &clock});
+      chat_template::ChatTemplate::Parse(source, clock);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chat template (", what, "): ", parsed.status().message()));

@@ -26,7 +26,7 @@ class PromptBuilder {
   // `tokenizer` and `clock` (read by the template's strftime_now()) must outlive the builder.
   static absl::StatusOr<std::unique_ptr<PromptBuilder>> Create(
       const tokenizer::Tokenizer& tokenizer, const std::string& fallback_template,
-      const common::Clock& clock);
+      common::Clock& clock);
 
   // The chat prompt text. kInvalidArgument when the template rejects the messages
   // (raise_exception, e.g. roles not alternating).

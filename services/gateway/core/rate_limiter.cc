@@ -6,8 +6,7 @@
 
 namespace moe::gateway {
 
-RateLimiter::RateLimiter(double rate_per_s, double burst, const common::Clock* clock,
-                         size_t max_keys)
+RateLimiter::RateLimiter(double rate_per_s, double burst, common::Clock& clock, size_t max_keys)
     : rate_per_s_(rate_per_s),
       burst_(std::max(1.0, burst)),
       clock_(clock),
@@ -15,7 +14,7 @@ RateLimiter::RateLimiter(double rate_per_s, double burst, const common::Clock* c
 
 absl::Duration RateLimiter::TryAcquire(const std::string& key) {
   if (rate_per_s_ <= 0) return absl::ZeroDuration();
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_.Now();
   absl::MutexLock lock(&mu_);
   auto it = buckets_.find(key);
   if (it == buckets_.end()) {

@@ -22,8 +22,7 @@ namespace moe::gateway {
 class RateLimiter {
  public:
   // rate_per_s <= 0 disables limiting (TryAcquire always succeeds).
-  RateLimiter(double rate_per_s, double burst, const common::Clock* clock,
-              size_t max_keys = 100'000);
+  RateLimiter(double rate_per_s, double burst, common::Clock& clock, size_t max_keys = 100'000);
 
   // Takes one token for `key`. Returns absl::ZeroDuration() when allowed, else how long until
   // a token is available (> 0); nothing is taken then.
@@ -41,7 +40,7 @@ class RateLimiter {
 
   const double rate_per_s_;
   const double burst_;
-  const common::Clock* const clock_;
+  common::Clock& clock_;
   const size_t max_keys_;
 
   mutable absl::Mutex mu_;

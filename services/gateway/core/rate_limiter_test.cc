@@ -10,7 +10,7 @@ using common::testing::FakeClock;
 
 TEST(RateLimiterTest, AllowsABurstThenRefusesWithTheWaitUntilTheNextToken) {
   FakeClock clock;
-  RateLimiter limiter(/*rate_per_s=*/2, /*burst=*/3, &clock);
+  RateLimiter limiter(/*rate_per_s=*/2, /*burst=*/3, clock);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(limiter.TryAcquire("k"), absl::ZeroDuration()) << i;
   EXPECT_EQ(limiter.TryAcquire("k"), absl::Milliseconds(500));
   clock.Advance(absl::Milliseconds(250));
@@ -21,7 +21,7 @@ TEST(RateLimiterTest, AllowsABurstThenRefusesWithTheWaitUntilTheNextToken) {
 
 TEST(RateLimiterTest, KeysHaveTheirOwnBuckets) {
   FakeClock clock;
-  RateLimiter limiter(1, 1, &clock);
+  RateLimiter limiter(1, 1, clock);
   EXPECT_EQ(limiter.TryAcquire("a"), absl::ZeroDuration());
   EXPECT_GT(limiter.TryAcquire("a"), absl::ZeroDuration());
   EXPECT_EQ(limiter.TryAcquire("b"), absl::ZeroDuration());
@@ -29,7 +29,7 @@ TEST(RateLimiterTest, KeysHaveTheirOwnBuckets) {
 
 TEST(RateLimiterTest, RefillNeverExceedsTheBurst) {
   FakeClock clock;
-  RateLimiter limiter(10, 2, &clock);
+  RateLimiter limiter(10, 2, clock);
   clock.Advance(absl::Hours(1));
   EXPECT_EQ(limiter.TryAcquire("k"), absl::ZeroDuration());
   EXPECT_EQ(limiter.TryAcquire("k"), absl::ZeroDuration());
@@ -38,14 +38,14 @@ TEST(RateLimiterTest, RefillNeverExceedsTheBurst) {
 
 TEST(RateLimiterTest, DisabledWhenRateIsZero) {
   FakeClock clock;
-  RateLimiter limiter(0, 1, &clock);
+  RateLimiter limiter(0, 1, clock);
   EXPECT_FALSE(limiter.enabled());
   for (int i = 0; i < 100; ++i) EXPECT_EQ(limiter.TryAcquire("k"), absl::ZeroDuration());
 }
 
 TEST(RateLimiterTest, KeyCountStaysBounded) {
   FakeClock clock;
-  RateLimiter limiter(1, 5, &clock, /*max_keys=*/8);
+  RateLimiter limiter(1, 5, clock, /*max_keys=*/8);
   for (int i = 0; i < 100; ++i) {
     limiter.TryAcquire("k" + std::to_string(i));
     clock.Advance(absl::Milliseconds(1));
