@@ -18,9 +18,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/listening_line.h"
 #include "common/base/log.h"
 #include "common/config/loader.h"
-#include "common/grpc/listening.h"
 #include "common/grpc/signals.h"
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
@@ -90,7 +90,7 @@ absl::Status Run(int argc, char** argv) {
       },
       core->metrics());
   if (!server.ok()) return server.status();
-  common::rpc::PrintListeningLine({.http = (*server)->port()});
+  common::PrintListeningLine({.http = (*server)->port()});
   MOE_LOG_INFO("fake gateway: serving {} on http://{}:{}, {} between tokens", model->id,
                options.http.host, (*server)->port(), absl::FormatDuration(fake.token_interval));
 

@@ -8,6 +8,7 @@
 #include "common/base/file.h"
 #include "common/base/hash.h"
 #include "common/base/ids.h"
+#include "common/base/listening_line.h"
 #include "common/base/status_macros.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/free_port.h"
@@ -98,6 +99,14 @@ TEST(FileTest, ReadFileReturnsTheBytesOrNamesThePath) {
   EXPECT_THAT(ReadFile(dir + "/missing"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/missing")));
   EXPECT_THAT(ReadFile(dir), StatusIs(absl::StatusCode::kNotFound, HasSubstr("directory")));
+}
+
+TEST(ListeningLineTest, HasOnlyThePortsTheProcessHas) {
+  EXPECT_EQ(ListeningLine({.grpc = 5001, .metrics = 9100}),
+            R"({"event":"listening","grpc":5001,"metrics":9100})");
+  EXPECT_EQ(ListeningLine({.grpc = 1, .http = 2, .metrics = 3}),
+            R"({"event":"listening","grpc":1,"http":2,"metrics":3})");
+  EXPECT_EQ(ListeningLine({}), R"({"event":"listening"})");
 }
 
 TEST(FreePortTest, ReturnsUsablePortAndTempDir) {

@@ -1,6 +1,5 @@
 #include "common/grpc/status.h"
 
-#include "common/grpc/listening.h"
 #include "gtest/gtest.h"
 
 namespace moe::common::rpc {
@@ -25,14 +24,6 @@ TEST(StatusTest, NamedCodesMatch) {
             ::grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(FromGrpcStatus(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "x")).code(),
             absl::StatusCode::kUnavailable);
-}
-
-TEST(ListeningLineTest, HasOnlyThePortsTheProcessHas) {
-  EXPECT_EQ(ListeningLine({.grpc = 5001, .metrics = 9100}),
-            R"({"event":"listening","grpc":5001,"metrics":9100})");
-  EXPECT_EQ(ListeningLine({.grpc = 1, .http = 2, .metrics = 3}),
-            R"({"event":"listening","grpc":1,"http":2,"metrics":3})");
-  EXPECT_EQ(ListeningLine({}), R"({"event":"listening"})");
 }
 
 }  // namespace

@@ -484,6 +484,14 @@ absl::Status SelectIsa(std::string_view isa) {
   return absl::OkStatus();
 }
 
+absl::Status SelectIsaFromEnvironment(const char* env_value) {
+  if (env_value == nullptr) return absl::OkStatus();
+  if (absl::Status s = SelectIsa(env_value); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("MOE_KERNELS_ISA: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 const char* ActivationsName(Activations a) { return a == Activations::kBf16 ? "bf16" : "f32"; }
 
 void RoundToBf16(const float* src, int64_t n, uint16_t* dst) {

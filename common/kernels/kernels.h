@@ -176,5 +176,8 @@ const char* ActiveIsa();
 // reads the environment. Errors (the choice is then unchanged): InvalidArgument for an unknown
 // name, FailedPrecondition when this CPU cannot run the named path.
 absl::Status SelectIsa(std::string_view isa);
+// SelectIsa for a main: `env_value` is the MOE_KERNELS_ISA environment variable as getenv returns
+// it (null: unset, auto). Errors: InvalidArgument naming the variable.
+absl::Status SelectIsaFromEnvironment(const char* env_value);
 
 }  // namespace moe::kernels

@@ -10,11 +10,10 @@
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (const char* isa = std::getenv("MOE_KERNELS_ISA"); isa != nullptr) {
-    if (absl::Status s = moe::kernels::SelectIsa(isa); !s.ok()) {
-      std::fprintf(stderr, "MOE_KERNELS_ISA: %s\n", std::string(s.message()).c_str());
-      return 2;
-    }
+  if (absl::Status s = moe::kernels::SelectIsaFromEnvironment(std::getenv("MOE_KERNELS_ISA"));
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
   }
   return RUN_ALL_TESTS();
 }

@@ -7,11 +7,10 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
+#include "common/base/listening_line.h"
 #include "common/base/log.h"
 #include "common/config/loader.h"
-#include "common/grpc/listening.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/kernels/kernels.h"
@@ -39,10 +38,8 @@ absl::Status Run(int argc, char** argv) {
   std::optional<expert_worker::ExpertWorkerOptions>& options = *loaded;
   common::SetLogLevel(options->log_level);
   // The kernels' SIMD path (bitwise identical on every path): MOE_KERNELS_ISA, default auto.
-  if (const char* isa = std::getenv("MOE_KERNELS_ISA"); isa != nullptr) {
-    if (absl::Status s = kernels::SelectIsa(isa); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("MOE_KERNELS_ISA: ", s.message()));
-    }
+  if (absl::Status s = kernels::SelectIsaFromEnvironment(std::getenv("MOE_KERNELS_ISA")); !s.ok()) {
+    return s;
   }
 
   common::metrics::Registry registry;
@@ -58,7 +55,7 @@ absl::Status Run(int argc, char** argv) {
   // Ready only after every resident expert ran once (weights faulted in, scratch sized).
   if (absl::Status s = (*core)->WarmUp(); !s.ok()) return s;
   runner.SetServing(true);
-  common::rpc::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
+  common::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
   MOE_LOG_INFO("expert-worker: {} experts resident, gRPC port {}, metrics port {}",
                (*core)->resident().experts.size(), runner.port(), (*metrics_server)->port());
 

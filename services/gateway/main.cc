@@ -15,9 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
+#include "common/base/listening_line.h"
 #include "common/base/log.h"
 #include "common/config/loader.h"
-#include "common/grpc/listening.h"
 #include "common/grpc/signals.h"
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
@@ -69,7 +69,7 @@ absl::Status Run(int argc, char** argv) {
       },
       core->metrics());
   if (!server.ok()) return server.status();
-  common::rpc::PrintListeningLine({.http = (*server)->port()});
+  common::PrintListeningLine({.http = (*server)->port()});
   MOE_LOG_INFO("gateway: serving {} (context {}) on http://{}:{}, {} router(s)", model->id,
                model->max_model_len, options->http.host, (*server)->port(),
                options->routing.routers.size());

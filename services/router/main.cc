@@ -11,11 +11,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
+#include "common/base/listening_line.h"
 #include "common/base/log.h"
 #include "common/config/loader.h"
-#include "common/grpc/listening.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/kernels/kernels.h"
@@ -48,10 +47,8 @@ absl::Status Run(int argc, char** argv) {
   std::optional<router::RouterOptions>& options = *loaded;
   common::SetLogLevel(options->log_level);
   // The kernels' SIMD path (bitwise identical on every path): MOE_KERNELS_ISA, default auto.
-  if (const char* isa = std::getenv("MOE_KERNELS_ISA"); isa != nullptr) {
-    if (absl::Status s = kernels::SelectIsa(isa); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("MOE_KERNELS_ISA: ", s.message()));
-    }
+  if (absl::Status s = kernels::SelectIsaFromEnvironment(std::getenv("MOE_KERNELS_ISA")); !s.ok()) {
+    return s;
   }
 
   common::metrics::Registry registry;
@@ -61,8 +58,7 @@ absl::Status Run(int argc, char** argv) {
   if (!options->experts.workers.empty()) {
     auto config = model::LoadModelConfig(options->core.model_dir);
     if (!config.ok()) return config.status();
-    auto remote =
-        router::RemoteExpertExecutor::Create(options->experts, *config, registry, clock);
+    auto remote = router::RemoteExpertExecutor::Create(options->experts, *config, registry, clock);
     if (!remote.ok()) return remote.status();
     experts = std::move(*remote);
     MOE_LOG_INFO("router: experts on {} workers: {}", options->experts.workers.size(),
@@ -89,7 +85,7 @@ absl::Status Run(int argc, char** argv) {
   if (absl::Status s = (*core)->scheduler().Start(); !s.ok()) return s;
   // Weights are mapped and the engine is built: ready.
   runner.SetServing(true);
-  common::rpc::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
+  common::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
   MOE_LOG_INFO("router: serving {} on gRPC port {}, metrics port {}", info.model_name,
                runner.port(), (*metrics_server)->port());
 

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/base/listening_line.h"
 #include "common/base/log.h"
 #include "common/config/loader.h"
-#include "common/grpc/listening.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/metrics/metrics_server.h"
@@ -59,7 +59,7 @@ int Run(int argc, char** argv) {
   if (absl::Status s = runner.Start(); !s.ok()) return Fail(1, s);
   runner.SetServing(true);  // Nothing to warm up.
   if (options->grpc.port == 0 || options->metrics.port == 0) {
-    rpc::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
+    common::PrintListeningLine({.grpc = runner.port(), .metrics = (*metrics_server)->port()});
   }
   MOE_LOG_INFO("echo: serving gRPC on {}, metrics on {}", runner.port(), (*metrics_server)->port());
 

@@ -144,8 +144,7 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
     group.StopAll();
     return 1;
   }
-  const std::vector<std::string> gateway =
-      c.Addresses("gateway", &common::process::ListeningPorts::http);
+  const std::vector<std::string> gateway = c.Addresses("gateway", &common::ListeningPorts::http);
   const std::string url =
       absl::StrCat("http://", gateway.empty() ? c.options.host + ":0" : gateway[0]);
   const std::string model = fs::path(c.model_dir).filename().string();

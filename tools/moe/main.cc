@@ -31,11 +31,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   // The kernels' SIMD path for the commands that compute (bitwise identical on every path).
-  if (const char* isa = std::getenv("MOE_KERNELS_ISA"); isa != nullptr) {
-    if (absl::Status s = moe::kernels::SelectIsa(isa); !s.ok()) {
-      std::fprintf(stderr, "moe: MOE_KERNELS_ISA: %s\n", std::string(s.message()).c_str());
-      return 2;
-    }
+  if (absl::Status s = moe::kernels::SelectIsaFromEnvironment(std::getenv("MOE_KERNELS_ISA"));
+      !s.ok()) {
+    std::fprintf(stderr, "moe: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
   // Commands parse their own flags (they know their switches); hand them the raw argv too.

@@ -12,7 +12,7 @@
 namespace moe::cli {
 namespace {
 
-using common::process::ListeningPorts;
+using common::ListeningPorts;
 
 // grpc.health.v1 says SERVING (the whole server).
 absl::StatusOr<bool> GrpcServing(const UpContext& c, const ListeningPorts& ports) {
@@ -104,7 +104,7 @@ std::vector<ServiceSpec> MakeTopology() {
 }  // namespace
 
 std::vector<std::string> UpContext::Addresses(
-    const std::string& service, std::optional<int> common::process::ListeningPorts::*which) const {
+    const std::string& service, std::optional<int> common::ListeningPorts::*which) const {
   std::vector<std::string> out;
   for (const Started& s : started) {
     if (s.service == service && (s.ports.*which)) {

@@ -27,14 +27,14 @@ struct UpContext {
 
   struct Started {
     std::string service;  // its ServiceSpec's name
-    common::process::ListeningPorts ports;
+    common::ListeningPorts ports;
   };
   std::vector<Started> started;  // in start order
 
   // "host:port" of each started process of `service` that has the port `which`
   // (&ListeningPorts::grpc, ...), in start order.
-  std::vector<std::string> Addresses(
-      const std::string& service, std::optional<int> common::process::ListeningPorts::*which) const;
+  std::vector<std::string> Addresses(const std::string& service,
+                                     std::optional<int> common::ListeningPorts::*which) const;
 };
 
 struct ServiceSpec {
@@ -46,9 +46,7 @@ struct ServiceSpec {
   // The launcher's flags for replica `index`; ServiceOptions::args follow them.
   std::function<std::vector<std::string>(const UpContext&, int index)> flags;
   // Whether a process, listening on `ports`, is ready (errors count as "not yet").
-  std::function<absl::StatusOr<bool>(const UpContext&,
-                                     const common::process::ListeningPorts& ports)>
-      ready;
+  std::function<absl::StatusOr<bool>(const UpContext&, const common::ListeningPorts& ports)> ready;
 };
 
 // In start order; stopped in reverse (the gateway drains first).
