@@ -80,6 +80,7 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
 
   std::vector<StepItem> items;
   std::vector<Sequence*> stepped;
+  StepOutput out;  // reused by every step of this call
   const int64_t max_tokens_per_step = engine_->options().max_batch_tokens;
   while (true) {
     items.clear();
@@ -122,7 +123,7 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
       stepped.push_back(&s);
     }
     if (items.empty()) break;
-    if (absl::Status st = engine_->Step(items, &out_); !st.ok()) return st;
+    if (absl::Status st = engine_->Step(items, &out); !st.ok()) return st;
 
     for (size_t i = 0; i < items.size(); ++i) {
       Sequence& s = *stepped[i];
@@ -130,9 +131,9 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
       GenerationResult& res = results[s.index];
       const bool in_prompt = s.num_computed < s.prompt_len;
       s.num_computed += static_cast<int64_t>(items[i].token_ids.size());
-      const int64_t rows = out_.num_rows(i);
+      const int64_t rows = out.num_rows(i);
       if (in_prompt && r.prompt_logits != LogitsMode::kNone && rows > 0) {
-        const float* first = out_.row(i, 0, vocab);
+        const float* first = out.row(i, 0, vocab);
         res.prompt_logits.insert(res.prompt_logits.end(), first, first + rows * vocab);
       }
       if (s.num_computed < s.prompt_len) continue;  // more prompt to go
@@ -141,8 +142,7 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
         release(s);
         continue;
       }
-      SampledToken tok =
-          s.sampler->Sample(absl::MakeConstSpan(out_.row(i, rows - 1, vocab), vocab));
+      SampledToken tok = s.sampler->Sample(absl::MakeConstSpan(out.row(i, rows - 1, vocab), vocab));
       s.tokens.push_back(tok.token_id);
       res.output_ids.push_back(tok.token_id);
       if (on_token) on_token(s.index, tok);

@@ -58,7 +58,6 @@ class Generator {
  private:
   Engine* engine_;
   GeneratorOptions options_;
-  StepOutput out_;
 };
 
 }  // namespace moe::engine

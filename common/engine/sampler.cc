@@ -36,9 +36,41 @@ void LogSoftmax(const float* logits, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(logits[i] - lse);
 }
 
+struct SequenceSampler::Rep {
+  Rep(const generation::SamplingParams& params, absl::Span<const int32_t> prompt_ids,
+      int64_t vocab_size, uint64_t seed);
+  SampledToken Sample(absl::Span<const float> logits);
+  void ApplyBiasAndPenalties(float* l) const;
+  int32_t Draw(float* l, uint64_t counter);
+  void FillLogprobs(const float* l, SampledToken* out);
+
+  generation::SamplingParams params_;
+  int64_t vocab_;
+  uint64_t seed_;
+  int64_t num_sampled_ = 0;
+  bool penalize_ = false;
+  std::vector<uint8_t> in_prompt_;      // [vocab] when repetition_penalty != 1
+  std::vector<int32_t> output_counts_;  // [vocab] when any penalty is on
+  std::vector<float> work_;             // [vocab] scratch
+  std::vector<float> probs_;            // [vocab] scratch
+  std::vector<int32_t> idx_;            // [vocab] scratch
+};
+
 SequenceSampler::SequenceSampler(const generation::SamplingParams& params,
                                  absl::Span<const int32_t> prompt_ids, int64_t vocab_size,
                                  uint64_t seed)
+    : rep_(std::make_unique<Rep>(params, prompt_ids, vocab_size, seed)) {}
+SequenceSampler::~SequenceSampler() = default;
+SequenceSampler::SequenceSampler(SequenceSampler&&) noexcept = default;
+SequenceSampler& SequenceSampler::operator=(SequenceSampler&&) noexcept = default;
+SampledToken SequenceSampler::Sample(absl::Span<const float> logits) {
+  return rep_->Sample(logits);
+}
+int64_t SequenceSampler::num_sampled() const { return rep_->num_sampled_; }
+const generation::SamplingParams& SequenceSampler::params() const { return rep_->params_; }
+
+SequenceSampler::Rep::Rep(const generation::SamplingParams& params,
+                          absl::Span<const int32_t> prompt_ids, int64_t vocab_size, uint64_t seed)
     : params_(params), vocab_(vocab_size), seed_(params.seed.value_or(seed)) {
   penalize_ = params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
               params_.presence_penalty != 0.0f;
@@ -56,7 +88,7 @@ SequenceSampler::SequenceSampler(const generation::SamplingParams& params,
   }
 }
 
-void SequenceSampler::ApplyBiasAndPenalties(float* l) const {
+void SequenceSampler::Rep::ApplyBiasAndPenalties(float* l) const {
   for (const auto& [id, b] : params_.logit_bias) l[id] += b;
   if (!penalize_) return;
   const float rep = params_.repetition_penalty;
@@ -69,7 +101,7 @@ void SequenceSampler::ApplyBiasAndPenalties(float* l) const {
   }
 }
 
-int32_t SequenceSampler::Draw(float* l, uint64_t counter) {
+int32_t SequenceSampler::Rep::Draw(float* l, uint64_t counter) {
   if (params_.greedy()) return ArgMax(l, vocab_);
   const float inv_t = 1.0f / params_.temperature;
   float mx = kNegInf;
@@ -132,7 +164,7 @@ int32_t SequenceSampler::Draw(float* l, uint64_t counter) {
   return idx_[n - 1];  // rounding at the top end
 }
 
-void SequenceSampler::FillLogprobs(const float* l, SampledToken* out) {
+void SequenceSampler::Rep::FillLogprobs(const float* l, SampledToken* out) {
   // probs_ is free again after Draw; it holds the log-probabilities now.
   LogSoftmax(l, vocab_, probs_.data());
   out->logprob = probs_[out->token_id];
@@ -146,7 +178,7 @@ void SequenceSampler::FillLogprobs(const float* l, SampledToken* out) {
   for (int64_t i = 0; i < n; ++i) out->top[i] = {idx_[i], probs_[idx_[i]]};
 }
 
-SampledToken SequenceSampler::Sample(absl::Span<const float> logits) {
+SampledToken SequenceSampler::Rep::Sample(absl::Span<const float> logits) {
   std::copy(logits.begin(), logits.end(), work_.begin());
   ApplyBiasAndPenalties(work_.data());
   SampledToken out;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -48,24 +49,16 @@ class SequenceSampler {
   // Picks the next token from `logits` [vocab] (not modified) and records it as output.
   SampledToken Sample(absl::Span<const float> logits);
 
-  int64_t num_sampled() const { return num_sampled_; }
-  const generation::SamplingParams& params() const { return params_; }
+  int64_t num_sampled() const;
+  const generation::SamplingParams& params() const;
+
+  ~SequenceSampler();
+  SequenceSampler(SequenceSampler&&) noexcept;
+  SequenceSampler& operator=(SequenceSampler&&) noexcept;
 
  private:
-  void ApplyBiasAndPenalties(float* l) const;
-  int32_t Draw(float* l, uint64_t counter);
-  void FillLogprobs(const float* l, SampledToken* out);
-
-  generation::SamplingParams params_;
-  int64_t vocab_;
-  uint64_t seed_;
-  int64_t num_sampled_ = 0;
-  bool penalize_ = false;
-  std::vector<uint8_t> in_prompt_;      // [vocab] when repetition_penalty != 1
-  std::vector<int32_t> output_counts_;  // [vocab] when any penalty is on
-  std::vector<float> work_;             // [vocab]
-  std::vector<float> probs_;            // [vocab]
-  std::vector<int32_t> idx_;            // [vocab]
+  struct Rep;  // the parameters, the random stream, penalty counts and [vocab] scratch
+  std::unique_ptr<Rep> rep_;
 };
 
 // A uniform double in [0, 1) from (seed, counter): SplitMix64 finalisers, no state.
