@@ -42,8 +42,10 @@ BlockManager::BlockManager(const BlockManagerOptions& options,
 BlockManager::~BlockManager() = default;
 
 BlockHash BlockManager::RootFor(std::string_view cache_salt) const {
-  return RootHash(
-      BlockHashRootKey{options_.model_id, block_size_, options_.kv_dtype, std::string(cache_salt)});
+  BlockHashRootKey key{options_.model_id, block_size_, options_.kv_dtype, std::string(cache_salt)};
+  key.checkpoint_fingerprint = options_.checkpoint_fingerprint;
+  key.numerics = options_.numerics;
+  return RootHash(key);
 }
 
 int64_t BlockManager::MatchBlocks(const BlockHash& root, absl::Span<const int32_t> prompt,
