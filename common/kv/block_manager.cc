@@ -65,6 +65,11 @@ int64_t BlockManager::MatchBlocks(const BlockHash& root, absl::Span<const int32_
   return hits;
 }
 
+std::vector<BlockHash> BlockManager::ChainHashes(absl::Span<const int32_t> tokens,
+                                                 std::string_view cache_salt) const {
+  return HashFullBlocks(RootFor(cache_salt), tokens, block_size_);
+}
+
 int64_t BlockManager::MatchPrefix(absl::Span<const int32_t> prompt,
                                   std::string_view cache_salt) const {
   return MatchBlocks(RootFor(cache_salt), prompt, nullptr) * block_size_;

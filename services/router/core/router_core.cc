@@ -70,9 +70,8 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
   }
   core->metrics_ =
       std::make_unique<RouterMetrics>(registry, core->model_name_, options.vllm_metric_aliases);
-  ASSIGN_OR_RETURN(core->scheduler_,
-                   Scheduler::Create(scheduler_options, std::move(block_manager),
-                                     *core->runner_, clock, *core->metrics_));
+  ASSIGN_OR_RETURN(core->scheduler_, Scheduler::Create(scheduler_options, std::move(block_manager),
+                                                       *core->runner_, clock, *core->metrics_));
   return core;
 }
 
