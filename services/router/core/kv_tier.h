@@ -77,7 +77,9 @@ class KvTier {
 
   // Queues the leading blocks of `hashes` that fit the bounded store queue; `read(i, dst)`
   // copies block i's bytes (block_bytes()) into `dst`, on this thread, only for queued blocks.
-  // Returns how many were queued (the rest are dropped and counted). Never blocks.
+  // Returns how many leading blocks it is done with: queued, or dropped for good (the tier is
+  // down); the others (the queue was full) are dropped, counted, and may be offered again later.
+  // Never blocks.
   virtual int64_t Store(const kv::BlockHash& shard_key, std::span<const kv::BlockHash> hashes,
                         absl::FunctionRef<void(size_t, std::span<uint8_t>)> read) = 0;
 
