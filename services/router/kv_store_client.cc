@@ -87,7 +87,7 @@ class KvStoreClient::Impl {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
     }
-    if (worker_.joinable()) worker_.join();
+    for (std::thread& w : workers_) w.join();
   }
 
   absl::Status Init() {
@@ -102,7 +102,9 @@ class KvStoreClient::Impl {
       target->generic = std::make_unique<grpc::GenericStub>(target->channel);
       targets_.push_back(std::move(target));
     }
-    worker_ = std::thread([this] { WorkerLoop(); });
+    for (int i = 0; i < options_.put_parallelism; ++i) {
+      workers_.emplace_back([this] { WorkerLoop(); });
+    }
     return absl::OkStatus();
   }
 
@@ -170,7 +172,7 @@ class KvStoreClient::Impl {
   const pb::KvFidelity fidelity_;
   int64_t block_bytes_ = 0;
   std::vector<std::unique_ptr<Target>> targets_;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 
   absl::Mutex mu_;
   std::deque<std::shared_ptr<PutItem>> queue_ ABSL_GUARDED_BY(mu_);

@@ -19,7 +19,7 @@
 // good, with one error log.
 //
 // Thread-safety: as KvTier (Fetch/Store from the stepping thread; the response cache from any);
-// one worker thread, joined by the destructor.
+// put_parallelism worker threads, joined by the destructor.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +49,8 @@ struct KvStoreClientOptions {
   int64_t put_queue_bytes = 128ll << 20;
   // Largest Get or Put message, bytes: under gRPC's default 4 MiB receive limit.
   int64_t max_call_bytes = 3670016;  // 3.5 MiB
+  // Puts in flight at once (one worker thread each).
+  int32_t put_parallelism = 2;
   // The opt-in lossy int8 KV mode (the store's core.compression: int8). Cluster-wide: it
   // changes outputs and the KV block identity, and a store in the other mode is refused.
   bool lossy_int8 = false;
@@ -70,6 +72,8 @@ struct KvStoreClientOptions {
         .Min(0);
     s.Add("max_call_bytes", &KvStoreClientOptions::max_call_bytes, "largest Get or Put, bytes")
         .Range(1 << 16, 1 << 30);
+    s.Add("put_parallelism", &KvStoreClientOptions::put_parallelism, "Puts in flight at once")
+        .Range(1, 16);
     s.Add("lossy_int8", &KvStoreClientOptions::lossy_int8,
           "opt-in lossy int8 KV in the store (cluster-wide; changes outputs)");
     s.Add("response_cache", &KvStoreClientOptions::response_cache,

@@ -16,6 +16,18 @@ namespace {
 
 // Regroups the bytes of n elements of `width` bytes: out[b * n + i] = in[i * width + b].
 void Shuffle(const uint8_t* in, uint8_t* out, int64_t n, int width) {
+  if (width == 4) {
+    uint8_t *p0 = out, *p1 = out + n, *p2 = out + 2 * n, *p3 = out + 3 * n;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t v;
+      std::memcpy(&v, in + 4 * i, 4);
+      p0[i] = static_cast<uint8_t>(v);
+      p1[i] = static_cast<uint8_t>(v >> 8);
+      p2[i] = static_cast<uint8_t>(v >> 16);
+      p3[i] = static_cast<uint8_t>(v >> 24);
+    }
+    return;
+  }
   for (int b = 0; b < width; ++b) {
     uint8_t* plane = out + b * n;
     for (int64_t i = 0; i < n; ++i) plane[i] = in[i * width + b];
@@ -101,46 +113,37 @@ absl::Status DecodeInt8(const BlockLayout& layout, std::string_view payload,
   return absl::OkStatus();
 }
 
-// Streams the decompressed planes through a small buffer and scatters each chunk to its place, so
-// every output byte is written once and no block-sized temporary exists.
+// Decompresses the planes into a scratch buffer (per thread, reused), then interleaves them into
+// `out`, whose every byte is written once: a few bytes per element of branch-free work, far
+// faster than scattering each plane byte by byte.
 absl::Status DecodeShuffleZstd(const BlockLayout& layout, std::string_view payload,
                                std::span<uint8_t> out) {
   const unsigned long long size = ZSTD_getFrameContentSize(payload.data(), payload.size());
   if (size != out.size()) return absl::DataLossError("zstd block of the wrong size");
-  struct DctxDeleter {
-    void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
-  };
-  std::unique_ptr<ZSTD_DCtx, DctxDeleter> dctx(ZSTD_createDCtx());
-  const int width = static_cast<int>(common::DTypeSize(layout.dtype));
+  thread_local std::vector<uint8_t> planes;
+  planes.resize(out.size());
+  const size_t got = ZSTD_decompress(planes.data(), planes.size(), payload.data(), payload.size());
+  if (ZSTD_isError(got) || got != out.size()) {
+    return absl::DataLossError(absl::StrCat("zstd: ", ZSTD_getErrorName(got)));
+  }
   const int64_t n = layout.num_elements();
-  constexpr size_t kChunk = 64 << 10;
-  uint8_t chunk[kChunk];
-  ZSTD_inBuffer in{payload.data(), payload.size(), 0};
-  int64_t produced = 0;  // offset in the shuffled stream
-  for (;;) {
-    ZSTD_outBuffer o{chunk, kChunk, 0};
-    const size_t ret = ZSTD_decompressStream(dctx.get(), &o, &in);
-    if (ZSTD_isError(ret))
-      return absl::DataLossError(absl::StrCat("zstd: ", ZSTD_getErrorName(ret)));
-    if (produced + static_cast<int64_t>(o.pos) > static_cast<int64_t>(out.size())) {
-      return absl::DataLossError("zstd block decodes past its size");
+  const uint8_t* p = planes.data();
+  if (common::DTypeSize(layout.dtype) == 4) {
+    const uint8_t *p0 = p, *p1 = p + n, *p2 = p + 2 * n, *p3 = p + 3 * n;
+    uint8_t* o = out.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t v = static_cast<uint32_t>(p0[i]) | static_cast<uint32_t>(p1[i]) << 8 |
+                         static_cast<uint32_t>(p2[i]) << 16 | static_cast<uint32_t>(p3[i]) << 24;
+      std::memcpy(o + 4 * i, &v, 4);
     }
-    for (size_t k = 0; k < o.pos;) {
-      const int64_t off = produced + static_cast<int64_t>(k);
-      const int64_t plane = off / n;
-      int64_t i = off % n;
-      const size_t run = static_cast<size_t>(std::min<int64_t>(n - i, o.pos - k));
-      uint8_t* dst = out.data() + i * width + plane;
-      for (size_t j = 0; j < run; ++j) dst[j * width] = chunk[k + j];
-      k += run;
-    }
-    produced += static_cast<int64_t>(o.pos);
-    if (ret == 0) break;                        // frame complete
-    if (in.pos == in.size && o.pos < kChunk) {  // input used up, frame not complete
-      return absl::DataLossError("zstd block truncated");
+  } else {
+    const uint8_t *p0 = p, *p1 = p + n;
+    uint8_t* o = out.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t v = static_cast<uint16_t>(p0[i] | p1[i] << 8);
+      std::memcpy(o + 2 * i, &v, 2);
     }
   }
-  if (produced != static_cast<int64_t>(out.size())) return absl::DataLossError("zstd block short");
   return absl::OkStatus();
 }
 

@@ -55,8 +55,8 @@ struct EncodedBlock {
 
 struct CodecOptions {
   CompressionMode mode = CompressionMode::kZstd;
-  int zstd_level = 1;         // 1 (fastest) .. 19
-  double min_savings = 0.05;  // kZstd: keep compressed only when payload <= raw * (1 - this)
+  int zstd_level = 1;        // 1 (fastest) .. 19
+  double min_savings = 0.2;  // kZstd: keep compressed only when payload <= raw * (1 - this)
 };
 
 // Encodes `raw` (layout.num_bytes() bytes). For kRaw the payload is left empty: the caller keeps
