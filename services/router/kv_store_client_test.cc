@@ -1,7 +1,7 @@
 // Routers over the real engine (tiny preset) sharing an in-process kv-store over gRPC on
 // loopback: greedy tokens with the kv-store equal those without it when router B serves a prefix
 // router A computed, after a kv-store restart (L3), after a byte of an L3 file is corrupted, and
-// while the kv-store is down; Gets stay under 4 MiB; the response cache answers a repeat.
+// while the kv-store is down; Gets stay under 4 MiB; the response cache answers a repeat; mTLS.
 #include "services/router/kv_store_client.h"
 
 #include <fcntl.h>
@@ -54,6 +54,7 @@ class Store {
     common::rpc::ServerOptions so;
     so.host = "127.0.0.1";
     so.port = port_;
+    so.tls = tls;
     runner_ = std::make_unique<common::rpc::ServerRunner>(so);
     runner_->AddService(service_.get());
     ASSERT_OK(runner_->Start());
@@ -73,6 +74,8 @@ class Store {
   }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
 
+  common::rpc::ServerTlsOptions tls;  // the kv-store's grpc.tls (read by Start)
+
  private:
   const std::string dir_;
   int port_;
@@ -86,7 +89,7 @@ class Store {
 class Router {
  public:
   Router(const std::string& model_dir, const std::string* kv_address, bool response_cache = false,
-         bool lossy = false) {
+         bool lossy = false, const common::rpc::ChannelOptions& channel = {}) {
     RouterCoreOptions o;
     o.model_dir = model_dir;
     o.num_threads = 1;
@@ -97,6 +100,7 @@ class Router {
       k.fetch_timeout = absl::Seconds(5);  // the machine is shared; the deadline is tested apart
       k.response_cache = response_cache;
       k.lossy_int8 = lossy;
+      k.channel = channel;
       auto config = model::LoadModelConfig(model_dir);
       EXPECT_TRUE(config.ok());
       auto client = KvStoreClient::Create(k,
@@ -143,6 +147,11 @@ class Router {
   std::unique_ptr<KvStoreClient> client_;
   std::unique_ptr<RouterCore> core_;
 };
+
+// The test-only certificates in common/grpc/testdata.
+std::string TestData(const std::string& name) {
+  return std::string(MOE_SOURCE_DIR) + "/common/grpc/testdata/" + name;
+}
 
 std::vector<int32_t> Prompt(int n, int seed) {
   std::vector<int32_t> out(n);
@@ -284,6 +293,44 @@ TEST_F(KvStoreClientTest, TheResponseCacheAnswersARepeatOverGrpc) {
   EXPECT_THAT(second.tokens, ElementsAreArray(first.tokens));
   EXPECT_EQ(second.usage.completion_tokens, 9);
   EXPECT_EQ(store_->Metric("moe_response_cache_hits_total"), 1);
+}
+
+// mTLS (the kv-store's grpc.tls, the routers' kv_store.channel.tls): routers holding a client
+// certificate signed by the store's client CA share their prefixes; a router without one (or in
+// plaintext) fails the handshake and sees misses only: the same tokens, never a failed request.
+TEST_F(KvStoreClientTest, OverMutualTlsCertifiedRoutersShareAndOthersOnlyMiss) {
+  store_->Stop();
+  store_->tls = {.cert_file = TestData("server.pem"),
+                 .key_file = TestData("server.key"),
+                 .client_ca_file = TestData("ca.pem"),
+                 .require_client_cert = true};
+  store_->Start();
+  auto tls = [](bool with_cert) {
+    common::rpc::ChannelOptions c;
+    c.tls = {.enabled = true,
+             .ca_file = TestData("ca.pem"),
+             .cert_file = with_cert ? TestData("client.pem") : "",
+             .key_file = with_cert ? TestData("client.key") : "",
+             .server_name_override = "localhost"};
+    return c;
+  };
+  const std::vector<int32_t> prompt = Prompt(100, 7);  // 6 eligible blocks
+  const Result want = Reference(prompt, 6);
+  Router a(*model_dir_, &address_, false, false, tls(true));
+  EXPECT_THAT(a.Greedy(prompt, 6).tokens, ElementsAreArray(want.tokens));
+  Router b(*model_dir_, &address_, false, false, tls(true));
+  const Result rb = b.Greedy(prompt, 6);
+  EXPECT_THAT(rb.tokens, ElementsAreArray(want.tokens));
+  EXPECT_EQ(rb.usage.cached_prompt_tokens, 6 * 16);
+  Router no_cert(*model_dir_, &address_, false, false, tls(false));
+  Router plaintext(*model_dir_, &address_);
+  for (Router* r : {&no_cert, &plaintext}) {
+    const Result out = r->Greedy(prompt, 6);
+    EXPECT_EQ(out.finish_reason, FinishReason::kLength);
+    EXPECT_THAT(out.tokens, ElementsAreArray(want.tokens));
+    EXPECT_EQ(out.usage.cached_prompt_tokens, 0);
+  }
+  EXPECT_EQ(store_->Metric("moe_prefix_cache_hits_total", {{"tier", "l2"}}), 6);
 }
 
 }  // namespace

@@ -267,6 +267,60 @@ TEST_F(KvStoreCoreTest, ACrashMidWriteLeavesNoServableDamage) {
   EXPECT_EQ(Metric("moe_kv_corrupt_blocks_total"), 1);
 }
 
+TEST_F(KvStoreCoreTest, AnIntactFileUnderAnotherBlocksNameIsNeverServed) {
+  // A file moved or restored under the wrong name is a valid file of another block: its header
+  // names the block it holds, so serving it under this name would be wrong K/V.
+  options_.compression = CompressionMode::kNone;
+  Open();
+  const auto chain = Chain(2);
+  ASSERT_OK(core_->Put(Blocks(chain)).status());
+  const std::string p0 = core_->L3PathForTesting(chain[0]);
+  const std::string p1 = core_->L3PathForTesting(chain[1]);
+  Open();  // both only in L3
+  fs::copy_file(p0, p1, fs::copy_options::overwrite_existing);
+  ExpectServed(core_->Get(chain, /*prefix_only=*/false), {chain[0]});
+  EXPECT_EQ(Metric("moe_kv_corrupt_blocks_total"), 1);
+  EXPECT_FALSE(fs::exists(p1));
+  EXPECT_TRUE(fs::exists(p0));
+}
+
+TEST_F(KvStoreCoreTest, StrayEmptyAndForeignFilesInL3DoNotStopARestart) {
+  options_.compression = CompressionMode::kNone;
+  Open();
+  const auto chain = Chain(2);
+  ASSERT_OK(core_->Put(Blocks(chain)).status());
+  core_->FlushL3();
+  const std::string p0 = core_->L3PathForTesting(chain[0]);
+  const std::string empty = core_->L3PathForTesting(H(9));
+  const std::string blocks_dir = fs::path(p0).parent_path().parent_path().string();
+  core_.reset();
+  // What an operator, a full disk or another program can leave in the directory.
+  std::ofstream(blocks_dir + "/notes.txt") << "not a block";
+  std::ofstream(blocks_dir + "/zz-not-hex.blk") << "not a block either";
+  fs::create_directories(blocks_dir + "/subdir/deeper");
+  fs::create_directories(fs::path(empty).parent_path());
+  std::ofstream(empty).flush();  // a block's name, zero bytes (ENOSPC before any write)
+  Open();
+  ExpectServed(core_->Get(chain, false), chain);
+  const std::vector<kv::BlockHash> nine = {H(9)};
+  EXPECT_EQ(core_->Lookup(nine).num_cached_blocks, 1);  // indexed by name...
+  EXPECT_THAT(core_->Get(nine, false), IsEmpty());      // ...but never served
+  EXPECT_EQ(Metric("moe_kv_corrupt_blocks_total"), 1);
+  EXPECT_EQ(core_->Lookup(nine).num_cached_blocks, 0);
+  EXPECT_TRUE(fs::exists(blocks_dir + "/notes.txt"));  // not ours: left alone
+}
+
+TEST_F(KvStoreCoreTest, AnL3DirectoryThatCannotBeCreatedIsAClearErrorAtStart) {
+  const std::string file = dir_ + "/a-file";
+  std::ofstream(file) << "x";
+  options_.l3_dir = file + "/l3";
+  registry_ = std::make_unique<common::metrics::Registry>();
+  absl::StatusOr<std::unique_ptr<KvStoreCore>> core =
+      KvStoreCore::Create(options_, *registry_, clock_);
+  ASSERT_FALSE(core.ok());
+  EXPECT_THAT(core.status().message(), ::testing::HasSubstr(file));
+}
+
 TEST_F(KvStoreCoreTest, L3EvictsTheLeastRecentlyUsedOverItsBudget) {
   options_.compression = CompressionMode::kNone;
   options_.l3_bytes = 4 * (kBlockBytes + 152);
