@@ -99,7 +99,6 @@ class InProcessStore {
  public:
   InProcessStore(std::string dir, kv_store::CompressionMode compression)
       : dir_(std::move(dir)), compression_(compression) {}
-  bool l3_prefetch = true;  // KvStoreCoreOptions::l3_prefetch at the next Start
   absl::Status Start() {
     registry_ = std::make_unique<common::metrics::Registry>();
     kv_store::KvStoreCoreOptions o;
@@ -108,7 +107,6 @@ class InProcessStore {
     o.l2_bytes = 4ll << 30;
     o.l3_bytes = 16ll << 30;
     o.l3_write_queue_bytes = 1ll << 30;
-    o.l3_prefetch = l3_prefetch;
     ASSIGN_OR_RETURN(core_,
                      kv_store::KvStoreCore::Create(o, *registry_, common::SystemClock::Get()));
     service_ = std::make_unique<kv_store::KvStoreServer>(*core_);
@@ -245,7 +243,7 @@ absl::Status WarmOverCold(const std::string& model_dir, const std::string& model
   router::Scheduler& s = r->core->scheduler();
   const int64_t vocab = r->core->config().vocab_size;
   std::mt19937_64 rng(11);
-  std::vector<double> cold, warm2, warm3, cached2, cached3, dropped, fetch2, fetch3, fetch3_off;
+  std::vector<double> cold, warm2, warm3, cached2, cached3, dropped, fetch2, fetch3;
   // The same fetches without a deadline (why a warm TTFT is what it is): a second client.
   common::metrics::Registry probe_registry;
   const std::vector<int64_t> dims = BlockDims(model_dir, 16);
@@ -291,17 +289,12 @@ absl::Status WarmOverCold(const std::string& model_dir, const std::string& model
     ASSIGN_OR_RETURN(auto w3, Ttft(s, q3));
     warm3.push_back(w3.first);
     cached3.push_back(static_cast<double>(w3.second));
-    // Again from a cold L3 (restart, page cache dropped), the whole prefix, no deadline: without
-    // the Lookup's prefetch, then with it (the default, as in the TTFT above).
+    // Again from a cold L3 (restart, page cache dropped), the whole prefix, no deadline.
     if (!r->client->Flush(absl::Seconds(60))) return absl::DeadlineExceededError("puts");
-    for (bool prefetch : {false, true}) {
-      store.Stop();
-      DropPageCache(store.dir());
-      store.l3_prefetch = prefetch;
-      RETURN_IF_ERROR(store.Start());
-      (prefetch ? fetch3 : fetch3_off).push_back(
-          FetchSeconds(*probe_client, chain, block_bytes, rng));
-    }
+    store.Stop();
+    DropPageCache(store.dir());
+    RETURN_IF_ERROR(store.Start());
+    fetch3.push_back(FetchSeconds(*probe_client, chain, block_bytes, rng));
     if (rep == 0 && real_blocks != nullptr) {
       for (const kv_store::GotBlock& b : store.core().Get(chain, false)) {
         real_blocks->emplace_back(b.data.view());
@@ -310,9 +303,12 @@ absl::Status WarmOverCold(const std::string& model_dir, const std::string& model
   }
   const double c = Median(cold);
   auto add = [&](const char* name, const std::vector<double>& w, const std::vector<double>& cached,
-                 const std::vector<double>& fetch, const char* goal, const char* how,
-                 nlohmann::json extra) {
-    nlohmann::json params = {{"prefix_tokens", prefix},
+                 const std::vector<double>& fetch, const char* goal, const char* how) {
+    report.Add(
+        WithCommon({.name = name,
+                    .value = Median(w) / c,
+                    .unit = "ratio",
+                    .params = {{"prefix_tokens", prefix},
                                {"new_tokens", 32},
                                {"ttft_cold_s", c},
                                {"ttft_cold_s_range", Range(cold)},
@@ -328,18 +324,13 @@ absl::Status WarmOverCold(const std::string& model_dir, const std::string& model
                                {"compression", "zstd"},
                                {"how", how},
                                {"repeats", 3},
-                               {"goal", goal}};
-    params.update(extra);
-    report.Add(WithCommon(
-        {.name = name, .value = Median(w) / c, .unit = "ratio", .params = params}, o, model));
+                               {"goal", goal}}},
+                   o, model));
   };
   add("ttft_warm_over_cold_l2", warm2, cached2, fetch2, "<= 0.2",
-      "router L1 flushed, prefix from L2", nlohmann::json::object());
+      "router L1 flushed, prefix from L2");
   add("ttft_warm_over_cold_l3", warm3, cached3, fetch3, "<= 0.3",
-      "kv-store restarted (L2 empty), L3 page cache dropped with posix_fadvise(DONTNEED)",
-      {{"l3_prefetch", true},
-       {"fetch_s_no_prefetch", Median(fetch3_off)},
-       {"fetch_s_no_prefetch_range", Range(fetch3_off)}});
+      "kv-store restarted (L2 empty), L3 page cache dropped with posix_fadvise(DONTNEED)");
   return absl::OkStatus();
 }
 

@@ -203,11 +203,4 @@ absl::StatusOr<ReadEntry> FileStore::Read(const kv::BlockHash& key) const {
 
 void FileStore::Remove(const kv::BlockHash& key) { unlink(PathOf(key).c_str()); }
 
-void FileStore::WillNeed(const kv::BlockHash& key) const {
-  const int fd = open(PathOf(key).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-  close(fd);
-}
-
 }  // namespace moe::kv_store

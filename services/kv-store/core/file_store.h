@@ -90,9 +90,6 @@ class FileStore {
   absl::StatusOr<ReadEntry> Read(const kv::BlockHash& key) const;
   // Deletes the entry's file (a missing file is fine).
   void Remove(const kv::BlockHash& key);
-  // Asks the kernel to start reading the entry's file into the page cache (posix_fadvise
-  // WILLNEED; returns without waiting for the disk). A missing file is fine.
-  void WillNeed(const kv::BlockHash& key) const;
 
   // The file of `key` (tests corrupt it).
   std::string PathForTesting(const kv::BlockHash& key) const { return PathOf(key); }

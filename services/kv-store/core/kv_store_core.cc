@@ -548,7 +548,6 @@ LookupResult KvStoreCore::Impl::Lookup(std::span<const kv::BlockHash> chain) {
   LookupResult out;
   std::vector<kv::BlockHash> unlink;
   int64_t l2_hits = 0, l3_hits = 0;
-  std::vector<kv::BlockHash> from_l3;
   {
     absl::MutexLock lock(&mu_);
     bool in_prefix = true;
@@ -563,16 +562,12 @@ LookupResult KvStoreCore::Impl::Lookup(std::span<const kv::BlockHash> chain) {
       if (!in_prefix) continue;
       out.tiers.push_back(tier);
       (tier == Tier::kL2 ? l2_hits : l3_hits) += 1;
-      if (tier == Tier::kL3) from_l3.push_back(hash);
     }
     out.num_cached_blocks = static_cast<int32_t>(out.tiers.size());
     MaybeSweep(&unlink);
     PublishGauges();
   }
   Unlink(unlink);
-  if (options_.l3_prefetch) {
-    for (const kv::BlockHash& hash : from_l3) blocks_->WillNeed(hash);
-  }
   const int64_t n = static_cast<int64_t>(chain.size());
   metrics_.queries[0]->Increment(static_cast<double>(n));
   metrics_.hits[0]->Increment(static_cast<double>(l2_hits));

@@ -149,8 +149,6 @@ class KvStoreCore {
   std::vector<GotBlock> Get(std::span<const kv::BlockHash> hashes, bool prefix_only);
 
   // The longest cached prefix of `chain` (root-most block first), with the tier of each block.
-  // With l3_prefetch, the files of its L3 blocks start loading into the page cache (a Get of
-  // them follows), so a cold prefix is read from disk all at once, not file by file.
   LookupResult Lookup(std::span<const kv::BlockHash> chain);
 
   StoreStats Stats() const;

@@ -34,10 +34,6 @@ struct KvStoreCoreOptions {
   absl::Duration sweep_interval = absl::Minutes(1);
   // Copy a block read from L3 into L2 (the next read is from memory).
   bool promote_on_l3_hit = true;
-  // A Lookup whose prefix reaches into L3 starts those files loading into the page cache
-  // (posix_fadvise WILLNEED), so the Gets that follow find them read (`moe bench kv-store`:
-  // fetch_s of a cold L3, with and without).
-  bool l3_prefetch = true;
   // L3 writes are queued (write-behind: every Put reaches L3 soon after, and an L2 eviction
   // of a block not yet on disk demotes it); beyond this many queued bytes a block stays
   // L2-only (and is lost from the cache when L2 evicts it).
@@ -70,8 +66,6 @@ struct KvStoreCoreOptions {
         .Min(absl::Seconds(1));
     s.Add("promote_on_l3_hit", &KvStoreCoreOptions::promote_on_l3_hit,
           "copy blocks read from L3 into L2");
-    s.Add("l3_prefetch", &KvStoreCoreOptions::l3_prefetch,
-          "a Lookup starts reading its L3 blocks' files into the page cache");
     s.Add("l3_write_queue_bytes", &KvStoreCoreOptions::l3_write_queue_bytes,
           "queued L3 writes, bytes")
         .Min(0);
