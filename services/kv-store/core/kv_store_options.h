@@ -24,7 +24,7 @@ struct KvStoreCoreOptions {
   CompressionMode compression = CompressionMode::kZstd;
   int32_t zstd_level = 1;
   // A block stays compressed only when that saves at least this fraction of its bytes: f32 K/V
-  // saves ~8% (measured: `moe bench kv-store`), not worth a decode on every read, so it is kept
+  // saves 8-12% (measured: `moe bench kv-store`), not worth a decode on every read, so it is kept
   // raw (and served zero-copy); bf16/f16 or more regular K/V compress further.
   double min_savings = 0.2;
   // lru | threshold (evict cold entries first, see ThresholdPolicyOptions; LRU when none is).
