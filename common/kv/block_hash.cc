@@ -11,7 +11,7 @@
 namespace moe::kv {
 namespace {
 
-constexpr std::string_view kRootTag = "moe.kv.v1";
+constexpr std::string_view kRootTag = "moe.kv.v2";
 
 void AppendU32Le(std::string* out, uint32_t v) {
   char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
@@ -75,9 +75,19 @@ absl::StatusOr<BlockHash> BlockHash::FromHex(std::string_view hex) {
 std::string SerializeRootKey(const BlockHashRootKey& key) {
   std::string out(kRootTag);
   AppendLengthPrefixed(&out, key.model_id);
+  AppendLengthPrefixed(&out, key.checkpoint_fingerprint);
   AppendU32Le(&out, static_cast<uint32_t>(key.block_size));
   AppendLengthPrefixed(&out, common::DTypeName(key.kv_dtype));
+  AppendLengthPrefixed(&out, key.numerics);
   AppendLengthPrefixed(&out, key.cache_salt);
+  return out;
+}
+
+std::string NumericsSetting(std::string_view activations, std::string_view kv_fidelity) {
+  std::string out = "activations=";
+  out.append(activations);
+  out.append(";kv=");
+  out.append(kv_fidelity);
   return out;
 }
 

@@ -7,11 +7,19 @@
 // where parent_bytes are the 16 canonical bytes (see below) of hash(block i-1), and for block 0
 // the parent is the *root* hash of the cache namespace:
 //
-//   root = XXH3_128( "moe.kv.v1"                               9 ASCII bytes, no terminator
+//   root = XXH3_128( "moe.kv.v2"                               9 ASCII bytes, no terminator
 //                  ‖ u32le(len(model_id))   ‖ model_id          UTF-8 bytes as given
+//                  ‖ u32le(len(fingerprint)) ‖ fingerprint      checkpoint fingerprint (below)
 //                  ‖ u32le(block_size)
 //                  ‖ u32le(len(dtype_name)) ‖ dtype_name        "f32" | "bf16" | "f16"
+//                  ‖ u32le(len(numerics))   ‖ numerics          the numerics setting (below)
 //                  ‖ u32le(len(cache_salt)) ‖ cache_salt )      bytes as given ("" = no salt)
+//
+// Blocks outlive processes in the kv-store's L2/L3 tiers, so the root names exactly what
+// computed them: `fingerprint` is common/model/checkpoint_fingerprint.h's 32 hex digits for the
+// checkpoint's files (another checkpoint under the same model id never matches), and `numerics`
+// is NumericsSetting(): the activation mode and the KV fidelity (exact, or the opt-in lossy int8
+// mode of the lower tiers), so a block computed or stored in another numerics mode never matches.
 //
 // XXH3_128 is XXH3_128bits() with seed 0 and the default secret (libxxhash >= 0.8). Token ids are
 // written as little-endian u32 (a negative int32 id is written as its two's-complement bits).
@@ -24,7 +32,7 @@
 //
 // This identity is shared by the router's L1 cache, the kv-store's L2/L3 tiers and the gateway's
 // prefix-affinity routing: changing any byte above changes every cache key in the cluster, so the
-// version tag "moe.kv.v1" must be bumped with it.
+// version tag "moe.kv.v2" must be bumped with it (v1 had no fingerprint and no numerics).
 //
 // Thread-safety: all functions are pure and thread-safe.
 #pragma once
@@ -72,7 +80,17 @@ struct BlockHashRootKey {
   common::DType kv_dtype = common::DType::kF32;
   // Per-tenant / per-request isolation (as OpenAI-compatible servers' `cache_salt`).
   std::string cache_salt;
+  // The checkpoint's fingerprint (common/model/checkpoint_fingerprint.h; 32 hex digits; "" only
+  // in tests that have no checkpoint).
+  std::string checkpoint_fingerprint;
+  // NumericsSetting(activations, kv_fidelity): "activations=f32;kv=exact" by default.
+  std::string numerics = "activations=f32;kv=exact";
 };
+
+// The numerics part of the root: "activations=<f32|bf16>;kv=<exact|int8>". `activations` is the
+// cluster's activation mode (kernels' Activations name), `kv_fidelity` "exact" or "int8" (the
+// opt-in lossy mode of the kv-store's tiers, which changes outputs).
+std::string NumericsSetting(std::string_view activations, std::string_view kv_fidelity);
 
 // The exact root input bytes described at the top of this file.
 std::string SerializeRootKey(const BlockHashRootKey& key);

@@ -52,11 +52,14 @@ TEST(BlockHashTest, FromHexRoundTripsAndRejectsBadInput) {
 }
 
 TEST(BlockHashTest, RootKeySerialisationIsTheDocumentedBytes) {
-  const BlockHashRootKey key{"m1", 16, DType::kBF16, "salt"};
-  const std::string expected = std::string("moe.kv.v1") + std::string("\x02\x00\x00\x00", 4) +
-                               "m1" + std::string("\x10\x00\x00\x00", 4) +
-                               std::string("\x04\x00\x00\x00", 4) + "bf16" +
-                               std::string("\x04\x00\x00\x00", 4) + "salt";
+  BlockHashRootKey key{"m1", 16, DType::kBF16, "salt"};
+  key.checkpoint_fingerprint = "fp";
+  key.numerics = "n";
+  const std::string expected =
+      std::string("moe.kv.v2") + std::string("\x02\x00\x00\x00", 4) + "m1" +
+      std::string("\x02\x00\x00\x00", 4) + "fp" + std::string("\x10\x00\x00\x00", 4) +
+      std::string("\x04\x00\x00\x00", 4) + "bf16" + std::string("\x01\x00\x00\x00", 4) + "n" +
+      std::string("\x04\x00\x00\x00", 4) + "salt";
   EXPECT_EQ(SerializeRootKey(key), expected);
   EXPECT_EQ(RootHash(key), Xxh3(expected));
 }
@@ -73,11 +76,11 @@ TEST(BlockHashTest, GoldenVectorsPinTheFormat) {
   // Pinned outputs: any change here changes every L1/L2/L3 cache key and the gateway's routing,
   // and must come with a new version tag in SerializeRootKey.
   const BlockHash root = RootHash({"tiny", 16, DType::kF32, ""});
-  EXPECT_EQ(root.ToHex(), "2ea57737ed50f95bde285456f78e6d74");
+  EXPECT_EQ(root.ToHex(), "5fd75d35e7889e2ea53cccd7f7a75054");
   const std::vector<BlockHash> chain = HashFullBlocks(root, Iota(0, 32), 16);
   ASSERT_EQ(chain.size(), 2u);
-  EXPECT_EQ(chain[0].ToHex(), "756685b86076665ca1561d22501c0057");
-  EXPECT_EQ(chain[1].ToHex(), "16cb9700fa347630a40164d18972300c");
+  EXPECT_EQ(chain[0].ToHex(), "09eb61d4649bd3a6786817510f70b381");
+  EXPECT_EQ(chain[1].ToHex(), "1e609e9a0ab4d283b5600d45b5a95419");
 }
 
 TEST(BlockHashTest, ChainHashesOnlyFullBlocksAndLinksParents) {
@@ -111,7 +114,18 @@ TEST(BlockHashTest, EveryRootKeyFieldSeparatesNamespaces) {
   k = base;
   k.cache_salt = "tenant-a";
   roots.insert(RootHash(k));
-  EXPECT_EQ(roots.size(), 5u);
+  // What computed the blocks: another checkpoint of the same name, another numerics mode.
+  k = base;
+  k.checkpoint_fingerprint = "0123456789abcdef0123456789abcdef";
+  roots.insert(RootHash(k));
+  k = base;
+  k.numerics = NumericsSetting("bf16", "exact");
+  roots.insert(RootHash(k));
+  k = base;
+  k.numerics = NumericsSetting("f32", "int8");
+  roots.insert(RootHash(k));
+  EXPECT_EQ(roots.size(), 8u);
+  EXPECT_EQ(base.numerics, NumericsSetting("f32", "exact"));
   // Length prefixes keep field boundaries: moving a byte from model id to salt is a new key.
   EXPECT_NE(RootHash({"ab", 16, DType::kF32, "c"}), RootHash({"a", 16, DType::kF32, "bc"}));
 }

@@ -42,8 +42,10 @@ BlockManager::BlockManager(const BlockManagerOptions& options,
 BlockManager::~BlockManager() = default;
 
 BlockHash BlockManager::RootFor(std::string_view cache_salt) const {
-  return RootHash(
-      BlockHashRootKey{options_.model_id, block_size_, options_.kv_dtype, std::string(cache_salt)});
+  BlockHashRootKey key{options_.model_id, block_size_, options_.kv_dtype, std::string(cache_salt)};
+  key.checkpoint_fingerprint = options_.checkpoint_fingerprint;
+  key.numerics = options_.numerics;
+  return RootHash(key);
 }
 
 int64_t BlockManager::MatchBlocks(const BlockHash& root, absl::Span<const int32_t> prompt,
@@ -61,6 +63,11 @@ int64_t BlockManager::MatchBlocks(const BlockHash& root, absl::Span<const int32_
     parent = h;
   }
   return hits;
+}
+
+std::vector<BlockHash> BlockManager::ChainHashes(absl::Span<const int32_t> tokens,
+                                                 std::string_view cache_salt) const {
+  return HashFullBlocks(RootFor(cache_salt), tokens, block_size_);
 }
 
 int64_t BlockManager::MatchPrefix(absl::Span<const int32_t> prompt,

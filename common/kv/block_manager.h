@@ -150,6 +150,11 @@ class BlockManager {
   // the keys under which the L2/L3 tiers and the gateway know them. Valid like BlockTable().
   absl::StatusOr<absl::Span<const BlockHash>> ComputedBlockHashes(SeqId seq) const;
   bool HasSequence(SeqId seq) const;
+  // The chain hashes of every full block of `tokens` under this manager's namespace with
+  // `cache_salt` (what the blocks of a sequence holding those tokens are registered as once
+  // computed): the keys the kv-store's tiers know them by. No side effects.
+  std::vector<BlockHash> ChainHashes(absl::Span<const int32_t> tokens,
+                                     std::string_view cache_salt = "") const;
 
   // Blocks that can still be handed out: free + cached.
   int64_t NumAvailableBlocks() const;

@@ -35,7 +35,7 @@ absl::Status BlockManagerOptions::Validate() const {
     case EvictionPolicyKind::kLru:
       break;
     default:
-      return absl::InvalidArgumentError("unknown eviction_policy");
+      return absl::InvalidArgumentError("eviction_policy: the L1 block manager supports lru only");
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/kv/block_hash.h"
 #include "common/kv/eviction_policy.h"
 #include "common/tensor/dtype.h"
 
@@ -27,10 +28,12 @@ struct BlockManagerOptions {
   // Which unreferenced cached block is reused first when no block is free.
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
 
-  // Cache namespace (block_hash.h): a sequence's root hash is
-  // RootHash({model_id, block_size, kv_dtype, <the sequence's cache_salt>}).
+  // Cache namespace (block_hash.h): a sequence's root hash is RootHash({model_id, block_size,
+  // kv_dtype, <the sequence's cache_salt>, checkpoint_fingerprint, numerics}).
   std::string model_id;
   common::DType kv_dtype = common::DType::kF32;
+  std::string checkpoint_fingerprint;  // common/model/checkpoint_fingerprint.h
+  std::string numerics = NumericsSetting("f32", "exact");
 
   // OK, or INVALID_ARGUMENT naming the first bad field.
   absl::Status Validate() const;

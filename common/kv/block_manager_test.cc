@@ -39,11 +39,12 @@ class MostRecentFirstPolicy final : public EvictionPolicy {
  public:
   void Add(int32_t b) override { held_.push_back(b); }
   void Remove(int32_t b) override { std::erase(held_, b); }
-  int32_t Evict() override {
+  Victim EvictVictim() override {
     const int32_t b = held_.back();
     held_.pop_back();
-    return b;
+    return {b, EvictionReason::kLru};
   }
+  void RecordLookup(int32_t, bool) override {}
   int64_t Size() const override { return static_cast<int64_t>(held_.size()); }
   bool Contains(int32_t b) const override {
     return std::find(held_.begin(), held_.end(), b) != held_.end();

@@ -44,7 +44,7 @@ for s in "${services[@]}"; do
   objcopy --strip-debug "$bin_dir/$s" "$ctx/build/bin/$s"
   copied+=("$s")
 done
-for s in gateway router expert-worker moe; do
+for s in gateway router expert-worker kv-store moe; do
   [ -x "$ctx/build/bin/$s" ] || { echo "build-image.sh: $bin_dir/$s is not built" >&2; exit 1; }
 done
 cp "$here/Dockerfile" "$here/entrypoint.sh" "$ctx/deploy/image/"

@@ -126,7 +126,7 @@ test('NetworkPolicies: only the gateway is open; each service only to its caller
 
 test('GPU values: nvidia.com/gpu, tolerations and node selectors on routers and expert pools', () => {
   for (const { owner, spec } of podTemplates(rendered.gpu.helm3)) {
-    if (owner.includes('gateway')) continue;
+    if (owner.includes('gateway') || owner.includes('kv-store')) continue;  // no GPU work
     const c = spec.containers[0];
     assert.equal(c.resources.limits['nvidia.com/gpu'], 1, owner);
     assert.ok(spec.tolerations.some((t) => t.key === 'nvidia.com/gpu'), owner);
@@ -136,7 +136,8 @@ test('GPU values: nvidia.com/gpu, tolerations and node selectors on routers and 
 
 test('sidecar experts: workers in the router pod, sharing an emptyDir in memory at /dev/shm', () => {
   const objs = rendered['cpu-sidecars'].helm3;
-  assert.equal(objs.filter((o) => o.kind === 'StatefulSet').length, 1, 'no expert pool StatefulSets');
+  const sets = objs.filter((o) => o.kind === 'StatefulSet' && !o.metadata.name.endsWith('kv-store'));
+  assert.equal(sets.length, 1, 'no expert pool StatefulSets');
   const [router] = podTemplates(objs).filter((p) => p.owner.includes('router'));
   const names = router.spec.containers.map((c) => c.name);
   assert.deepEqual(names, ['router', 'expert-worker-lo', 'expert-worker-hi']);
@@ -152,6 +153,34 @@ test('sidecar experts: workers in the router pod, sharing an emptyDir in memory 
   const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.spec.podSelector.matchLabels['app.kubernetes.io/component'] === 'router');
   const open = np.spec.ingress.flatMap((r) => r.ports.map((p) => p.port));
   assert.deepEqual(open, ['grpc', 'metrics', 'metrics-w0', 'metrics-w1']);
+});
+
+test('the kv-store is on by default, shared by every router; lossy K/V is one cluster-wide switch', () => {
+  const configs = (objs) => {
+    const cm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
+    return [YAML.parse(cm.data['router.yaml']), YAML.parse(cm.data['kv-store.yaml'])];
+  };
+  const objs = rendered.default.helm3;
+  assert.ok(objs.some((o) => o.kind === 'StatefulSet' && o.metadata.name.endsWith('kv-store')));
+  const [router, store] = configs(objs);
+  assert.equal(router.kv_store.targets.length, 1);
+  assert.match(router.kv_store.targets[0], /kv-store-0\..*:50053$/);
+  assert.equal(router.kv_store.lossy_int8, false);
+  assert.equal(router.kv_store.response_cache, false);
+  assert.equal(store.core.compression, 'zstd');
+  assert.equal(store.core.l3_dir, '/var/lib/moe/l3');
+  assert.equal(store.core.l3_bytes, 8589934592);
+  const [lossyRouter, lossyStore] = configs(render('helm3', ['--set', 'numerics.lossyKv=true',
+    '--set', 'kvStore.responseCache=true', '--set', 'kvStore.replicas=2']));
+  assert.equal(lossyRouter.kv_store.lossy_int8, true);
+  assert.equal(lossyRouter.kv_store.response_cache, true);
+  assert.equal(lossyRouter.kv_store.targets.length, 2);
+  assert.equal(lossyStore.core.compression, 'int8');
+  const off = render('helm3', ['--set', 'kvStore.enabled=false']);
+  const cm = off.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
+  assert.equal(cm.data['kv-store.yaml'], undefined);
+  assert.equal(YAML.parse(cm.data['router.yaml']).kv_store, undefined);
+  assert.ok(!off.some((o) => o.kind === 'StatefulSet' && o.metadata.name.endsWith('kv-store')));
 });
 
 test('placement: worker ids in pool order, one entry per pool and expert spec', () => {
@@ -192,7 +221,8 @@ test('scrape annotations and monitor objects give every role its job', () => {
 
 test('the dashboard ConfigMap carries the Grafana sidecar label', () => {
   const cms = rendered.default.helm3.filter((o) => o.kind === 'ConfigMap' && o.metadata.labels.grafana_dashboard === '1');
-  assert.deepEqual(cms.map((c) => Object.keys(c.data)[0]), ['moe-cluster.json']);
+  // The kv-store is on by default, so its dashboard (kv-store and voice) comes with it.
+  assert.deepEqual(cms.map((c) => Object.keys(c.data)[0]), ['moe-cluster.json', 'moe-kv-voice.json']);
   const every = rendered['gpu-every-role'].helm3.filter((o) => o.metadata.labels?.grafana_dashboard === '1');
   assert.equal(every.length, 2, 'kv-store/voice dashboard once those roles are enabled');
 });
@@ -232,16 +262,9 @@ test('every rendered service config is accepted by its binary (--print_config)',
     const cm = rendered[name].helm3.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
     for (const [key, text] of Object.entries(cm.data)) {
       const binary = key === 'placement.yaml' ? null : key.replace(/\.yaml$/, '').replace(/^expert-worker-.*/, 'expert-worker');
-      if (!binary || !existsSync(path.join(binDir, binary))) continue;  // kv-store, asr, tts: not built yet
+      if (!binary || !existsSync(path.join(binDir, binary))) continue;  // asr, tts: not built yet
       const file = path.join(dir, `${name}-${key}`);
-      let config = text;
-      // The router's kv_store section is the chart's side of the kv-store issue's contract: until
-      // that service (and the router's client of it) is built, the router does not know the key.
-      if (key === 'router.yaml' && !existsSync(path.join(binDir, 'kv-store'))) {
-        const parsed = YAML.parse(text);
-        delete parsed.kv_store;
-        config = YAML.stringify(parsed);
-      }
+      const config = text;
       writeFileSync(file, config);
       const r = spawnSync(path.join(binDir, binary), ['--config', file, '--print_config'], { encoding: 'utf8' });
       assert.equal(r.status, 0, `${name} ${key}: ${r.stderr}`);

@@ -36,7 +36,7 @@ user=$(podman image inspect --format '{{.Config.User}}' "$tag")
 missing=$(podman run --rm --read-only --entrypoint /bin/sh "$tag" -c \
   'for b in /opt/moe/bin/*; do ldd "$b" | sed -n "s|^\t\(.*\) => not found|$b: \1|p"; done')
 [ -z "$missing" ] || { echo "FAIL: libraries missing in the image:"; echo "$missing"; exit 1; }
-for s in gateway router expert-worker moe; do
+for s in gateway router expert-worker kv-store moe; do
   podman run --rm --read-only "$tag" "$s" --help >/dev/null || { echo "FAIL: $s --help"; exit 1; }
 done
 if podman run --rm --read-only "$tag" no-such-service >/dev/null 2>&1; then

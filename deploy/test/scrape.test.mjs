@@ -1,4 +1,4 @@
-// The monitoring against a real local cluster: two expert workers, a router and a gateway
+// The monitoring against a real local cluster: two expert workers, a kv-store, a router and a gateway
 // started from the chart's own rendered configs (addresses and ports overridden for loopback),
 // some traffic, then
 //   - `promtool check metrics` on every service's /metrics;
@@ -63,12 +63,12 @@ function start(name, binary, args) {
   });
 }
 
-const have = ['router', 'gateway', 'expert-worker', 'moe'].every((b) => existsSync(path.join(binDir, b)));
+const have = ['router', 'gateway', 'expert-worker', 'kv-store', 'moe'].every((b) => existsSync(path.join(binDir, b)));
 const skip = have ? false : `${binDir} lacks the service binaries`;
 
 // The chart's configs for a tiny two-pool cluster.
 const model = path.join(work, 'tiny');
-let cfg, rulesText, gw, router, workers, prom, promUrl;
+let cfg, rulesText, gw, router, workers, kvStore, prom, promUrl;
 const exported = {};  // job -> Set of metric names
 
 test('local cluster from the chart\'s rendered configs', { skip }, async () => {
@@ -86,11 +86,15 @@ test('local cluster from the chart\'s rendered configs', { skip }, async () => {
     '--set', 'metrics.port=0'];
   workers = await Promise.all(['lo', 'hi'].map((pool) => start(`expert-worker-${pool}`, 'expert-worker',
     ['--config', path.join(work, `expert-worker-${pool}.yaml`), '--set', `core.model_dir=${model}`, ...loopback])));
+  // The kv-store (on by default) with its L3 in the work directory.
+  kvStore = await start('kv-store', 'kv-store', ['--config', path.join(work, 'kv-store.yaml'),
+    '--set', `core.l3_dir=${path.join(work, 'l3')}`, ...loopback]);
   // experts.workers in the chart's order (pool order), the chart's placement kept.
   assert.deepEqual(cfg['router.yaml'].experts.placement, ['*:0-3=0', '*:4-7=1']);
+  assert.equal(cfg['router.yaml'].kv_store.targets.length, 1);
   router = await start('router', 'router', ['--config', path.join(work, 'router.yaml'), '--set', `core.model_dir=${model}`,
     '--set', `experts.workers=${workers.map((w) => `127.0.0.1:${w.ports.grpc}`).join(',')}`, '--set', 'router_id=router-0',
-    '--set', 'core.micro_batches=1', ...loopback]);
+    '--set', `kv_store.targets=127.0.0.1:${kvStore.ports.grpc}`, '--set', 'core.micro_batches=1', ...loopback]);
   gw = await start('gateway', 'gateway', ['--config', path.join(work, 'gateway.yaml'), '--set', `model_dir=${model}`,
     '--set', 'http.host=127.0.0.1', '--set', 'http.port=0', '--set', `routing.routers=127.0.0.1:${router.ports.grpc}`]);
   await until('gateway ready', async () => (await fetch(`http://127.0.0.1:${gw.ports.http}/readyz`)).status === 200);
@@ -121,6 +125,7 @@ const targets = () => [
   { job: 'router', container: 'router', port: 'metrics', addr: router.ports.metrics, pod: 'moe-router-0' },
   { job: 'expert-worker', container: 'expert-worker', port: 'metrics', addr: workers[0].ports.metrics, pod: 'moe-experts-lo-0' },
   { job: 'expert-worker', container: 'expert-worker', port: 'metrics', addr: workers[1].ports.metrics, pod: 'moe-experts-hi-0' },
+  { job: 'kv-store', container: 'kv-store', port: 'metrics', addr: kvStore.ports.metrics, pod: 'moe-kv-store-0' },
 ];
 
 test('promtool check metrics passes on every service\'s /metrics', { skip }, async () => {
@@ -161,7 +166,8 @@ function selections(expr) {
 test('every metric the rules and the dashboard read is exported by the job they select', { skip }, () => {
   const groups = YAML.parse(rulesText).groups;
   const rules = groups.flatMap((g) => g.rules);
-  assert.deepEqual(groups.map((g) => g.name), ['moe.recording', 'moe.alerts'], 'kv-store and voice rules stay out until enabled');
+  assert.deepEqual(groups.map((g) => g.name), ['moe.recording', 'moe.alerts', 'moe.kv-store'],
+    'the kv-store is on by default; voice rules stay out until enabled');
   const recorded = new Set(rules.filter((r) => r.record).map((r) => r.record));
   const synthetic = new Set(['up']);
   const dash = JSON.parse(readFileSync(path.join(deploy, 'k8s', 'files', 'dashboards', 'moe-cluster.json'), 'utf8'));
@@ -221,11 +227,12 @@ test('a real Prometheus scrapes the cluster with the annotation-implied config; 
   prom.stderr.on('data', (d) => { prom.log += d; });
   procs.push(prom);
   await until('prometheus ready', async () => (await fetch(`${promUrl}/-/ready`)).ok, 30000);
-  const active = await until('4 targets up', async () => {
+  const active = await until('5 targets up', async () => {
     const t = (await (await fetch(`${promUrl}/api/v1/targets`)).json()).data;
-    return t.activeTargets.length === 4 && t.activeTargets.every((x) => x.health === 'up') ? t : null;
+    return t.activeTargets.length === 5 && t.activeTargets.every((x) => x.health === 'up') ? t : null;
   }, 45000);
-  assert.deepEqual(active.activeTargets.map((t) => t.labels.job).sort(), ['expert-worker', 'expert-worker', 'gateway', 'router']);
+  assert.deepEqual(active.activeTargets.map((t) => t.labels.job).sort(),
+    ['expert-worker', 'expert-worker', 'gateway', 'kv-store', 'router']);
   assert.ok(active.activeTargets.every((t) => t.labels.namespace === 'moe-test' && t.labels.pod));
   assert.ok(active.droppedTargets.some((t) => t.discoveredLabels.__meta_kubernetes_pod_container_port_name === 'grpc'));
   // traffic inside the scrape window, so that rates are non-zero
@@ -261,7 +268,7 @@ test('the prometheus-adapter rules answer for the running roles', { skip }, asyn
       .replace('<<.GroupBy>>', 'pod');
     const res = await query(q);
     assert.equal(res.status, 'success', `${r.name.as}: ${JSON.stringify(res)}`);
-    const running = !/job="(asr|tts|kv-store)"/.test(r.seriesQuery);
+    const running = !/job="(asr|tts)"/.test(r.seriesQuery);
     if (running) assert.ok(res.data.result.length > 0, `${r.name.as}: no series (${q})`);
   }
 });
@@ -286,7 +293,7 @@ test('x-request-id: taken from the client, returned, and in the router\'s log li
 });
 
 test('SIGTERM stops every service with status 0', { skip }, async () => {
-  for (const p of [gw, router, ...workers]) {
+  for (const p of [gw, router, ...workers, kvStore]) {
     const exited = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
     p.kill('SIGTERM');
     assert.equal(await exited, 0, `${p.name}:\n${p.log}`);

@@ -231,9 +231,16 @@ class Backend final : public GrpcBackend {
 
   std::unique_ptr<GenerateCall> Generate(GenerateRequest request,
                                          std::shared_ptr<GenerateObserver> observer) override {
-    const kv::BlockHash key =
-        AffinityKey(root_, request.prompt_token_ids, options_.block_size, options_.affinity_blocks);
-    std::vector<int> order = OrderRouters(key, ids_, Loads(), picker_);
+    kv::BlockHash root;
+    RouterPickerOptions picker;
+    {
+      absl::MutexLock lock(&root_mu_);
+      root = root_;
+      picker = picker_;
+    }
+    const kv::BlockHash key = AffinityKey(root, request.prompt_token_ids, picker.root.block_size,
+                                          options_.affinity_blocks);
+    std::vector<int> order = OrderRouters(key, ids_, Loads(), picker);
     pb::GenerateRequest proto = ToProto(request, model_id_);
     auto state =
         std::make_shared<CallState>(this, std::move(request), std::move(proto), std::move(observer),
@@ -261,6 +268,11 @@ class Backend final : public GrpcBackend {
 
   void PollNowForTesting() override { PollOnce(); }
 
+  kv::BlockHashRootKey AffinityNamespace() const override {
+    absl::MutexLock lock(&root_mu_);
+    return picker_.root;
+  }
+
   RouterConn& router(int i) { return *routers_[i]; }
 
  private:
@@ -277,11 +289,28 @@ class Backend final : public GrpcBackend {
         r->num_waiting.store(resp.num_requests_waiting());
         r->num_running.store(resp.num_requests_running());
         r->kv_usage.store(resp.kv_usage_ratio());
+        if (resp.has_kv_namespace()) AdoptNamespace(resp.kv_namespace());
         if (!r->healthy.exchange(true)) MOE_LOG_INFO("gateway: router {} is up", r->target);
       } else if (r->healthy.exchange(false)) {
         MOE_LOG_WARN("gateway: router {} is down: {}", r->target, status.error_message());
       }
     }
+  }
+
+  // Hash prompts exactly as the routers (and the kv-store) name their blocks.
+  void AdoptNamespace(const pb::KvNamespace& ns) {
+    if (ns.model_id().empty() || ns.block_size() <= 0) return;
+    kv::BlockHashRootKey key{ns.model_id(), ns.block_size(),
+                             ns.kv_dtype() == "bf16"  ? common::DType::kBF16
+                             : ns.kv_dtype() == "f16" ? common::DType::kF16
+                                                      : common::DType::kF32,
+                             ""};
+    key.checkpoint_fingerprint = ns.checkpoint_fingerprint();
+    key.numerics = ns.numerics();
+    absl::MutexLock lock(&root_mu_);
+    if (SerializeRootKey(key) == SerializeRootKey(picker_.root)) return;
+    picker_.root = key;
+    root_ = kv::RootHash(key);
   }
 
   void PollLoop() {
@@ -298,8 +327,9 @@ class Backend final : public GrpcBackend {
 
   const RoutingOptions options_;
   const std::string model_id_;
-  RouterPickerOptions picker_;
-  kv::BlockHash root_;
+  mutable absl::Mutex root_mu_;
+  RouterPickerOptions picker_ ABSL_GUARDED_BY(root_mu_);  // .root: the routers' namespace
+  kv::BlockHash root_ ABSL_GUARDED_BY(root_mu_);
   std::vector<std::string> ids_;
   std::vector<std::unique_ptr<RouterConn>> routers_;
   absl::Mutex mu_;

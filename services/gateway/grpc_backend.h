@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/kv/block_hash.h"
 #include "services/gateway/core/gateway_options.h"
 #include "services/gateway/core/generate_backend.h"
 #include "services/gateway/core/router_picker.h"
@@ -32,6 +33,10 @@ class GrpcBackend : public GenerateBackend {
   virtual std::vector<RouterLoad> Loads() const = 0;
   // Polls every router once now (tests; the poller does it periodically).
   virtual void PollNowForTesting() = 0;
+  // The KV namespace prompts are hashed under for affinity: the routers' own (GetStats
+  // kv_namespace: model id, checkpoint fingerprint, block size, dtype, numerics) once one
+  // answered, before that the options' model id, block size and dtype.
+  virtual kv::BlockHashRootKey AffinityNamespace() const = 0;
 };
 
 }  // namespace moe::gateway

@@ -66,6 +66,13 @@ class FakeRouter final : public pb::Router::Service {
     resp->set_router_id(name_);
     resp->set_num_requests_waiting(waiting_);
     resp->set_kv_usage_ratio(0.25f);
+    if (!fingerprint_.empty()) {
+      resp->mutable_kv_namespace()->set_model_id("tiny");
+      resp->mutable_kv_namespace()->set_checkpoint_fingerprint(fingerprint_);
+      resp->mutable_kv_namespace()->set_block_size(16);
+      resp->mutable_kv_namespace()->set_kv_dtype("f32");
+      resp->mutable_kv_namespace()->set_numerics("activations=bf16;kv=exact");
+    }
     return grpc::Status::OK;
   }
 
@@ -87,6 +94,7 @@ class FakeRouter final : public pb::Router::Service {
   bool hold_ = false;
   bool reject_ = false;
   int waiting_ = 0;
+  std::string fingerprint_;  // non-empty: GetStats publishes a KV namespace
 
  private:
   std::string name_;
@@ -264,6 +272,25 @@ TEST(GrpcBackendTest, StatsFeedTheLoadView) {
   }
   EXPECT_EQ(a.calls(), 6);
   EXPECT_EQ(b.calls(), 0);
+}
+
+TEST(GrpcBackendTest, AffinityHashesUnderTheNamespaceRoutersPublish) {
+  FakeRouter a("a");
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({a.target()}), "tiny"));
+  // Before any router answered: the options' namespace.
+  EXPECT_EQ(backend->AffinityNamespace().checkpoint_fingerprint, "");
+  a.fingerprint_ = "0123456789abcdef0123456789abcdef";
+  backend->PollNowForTesting();
+  const kv::BlockHashRootKey ns = backend->AffinityNamespace();
+  EXPECT_EQ(ns.model_id, "tiny");
+  EXPECT_EQ(ns.checkpoint_fingerprint, a.fingerprint_);
+  EXPECT_EQ(ns.block_size, 16);
+  EXPECT_EQ(ns.numerics, kv::NumericsSetting("bf16", "exact"));
+  // So an affinity key is exactly a router's (and the kv-store's) block hash of the prompt.
+  std::vector<int32_t> prompt(80);
+  for (int i = 0; i < 80; ++i) prompt[i] = 7 * i + 1;
+  EXPECT_EQ(AffinityKey(kv::RootHash(ns), prompt, 16, 4),
+            kv::HashFullBlocks(kv::RootHash(ns), prompt, 16)[3]);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/base/listening_line.h"
 #include "common/base/log.h"
@@ -21,6 +23,7 @@
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/registry.h"
 #include "services/router/core/router_core.h"
+#include "services/router/kv_store_client.h"
 #include "services/router/remote_expert_executor.h"
 #include "services/router/router_server.h"
 
@@ -64,7 +67,25 @@ absl::Status Run(int argc, char** argv) {
     MOE_LOG_INFO("router: experts on {} workers: {}", options->experts.workers.size(),
                  experts->placement()->DebugString());
   }
-  auto core = router::RouterCore::Create(options->core, registry, clock, experts.get());
+  std::unique_ptr<router::KvStoreClient> kv_store;
+  if (!options->kv_store.targets.empty()) {
+    auto config = model::LoadModelConfig(options->core.model_dir);
+    if (!config.ok()) return config.status();
+    // The engine's KV: [num_layers, 2, block_size, num_kv_heads, head_dim] f32 per block.
+    auto client =
+        router::KvStoreClient::Create(options->kv_store,
+                                      {config->num_hidden_layers, 2, options->core.block_size,
+                                       config->num_key_value_heads, config->head_dim},
+                                      registry, clock);
+    if (!client.ok()) return client.status();
+    kv_store = std::move(*client);
+    MOE_LOG_INFO("router: kv-store at {} (fetch deadline {}, response cache {})",
+                 absl::StrJoin(options->kv_store.targets, ","),
+                 absl::FormatDuration(options->kv_store.fetch_timeout),
+                 options->kv_store.response_cache ? "on" : "off");
+  }
+  auto core =
+      router::RouterCore::Create(options->core, registry, clock, experts.get(), kv_store.get());
   if (!core.ok()) return core.status();
   const model::ModelConfig& config = (*core)->config();
 
@@ -74,7 +95,8 @@ absl::Status Run(int argc, char** argv) {
       .vocab_size = config.vocab_size,
       .max_context = config.max_position_embeddings,
       .num_layers = config.num_hidden_layers,
-      .num_experts = config.num_experts};
+      .num_experts = config.num_experts,
+      .kv_namespace = (*core)->kv_namespace()};
   router::RouterServer service((*core)->scheduler(), info, clock);
   service.set_remote_experts(experts.get());
   common::rpc::ServerRunner runner(options->grpc);

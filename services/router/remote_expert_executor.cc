@@ -91,7 +91,10 @@ RemoteExpertExecutor::RemoteExpertExecutor(const RemoteExpertsOptions& options,
                                            const model::ModelConfig& config,
                                            common::metrics::Registry& registry,
                                            common::Clock& clock)
-    : options_(options), config_(config), clock_(clock), metrics_(std::make_unique<Metrics>(registry)) {
+    : options_(options),
+      config_(config),
+      clock_(clock),
+      metrics_(std::make_unique<Metrics>(registry)) {
   load_tracker_ =
       std::make_unique<LoadTracker>(static_cast<int32_t>(config.num_hidden_layers),
                                     static_cast<int32_t>(config.num_experts), clock, registry);

@@ -14,6 +14,16 @@ namespace {
 namespace pb = ::moe::router::v1;
 using generation::FinishReason;
 
+void AddLogprobs(const engine::SampledToken& t, pb::GenerateResponse* response) {
+  pb::TokenLogprobs* lp = response->add_logprobs();
+  lp->set_logprob(t.logprob);
+  for (const engine::TokenLogprob& top : t.top) {
+    pb::TopLogprob* tl = lp->add_top_logprobs();
+    tl->set_token_id(top.token_id);
+    tl->set_logprob(top.logprob);
+  }
+}
+
 pb::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop:
@@ -170,16 +180,22 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
       }
       continue;
     }
-    pb::GenerateResponse response;
-    response.mutable_token_ids()->Assign(event->token_ids.begin(), event->token_ids.end());
-    for (const engine::SampledToken& t : event->logprobs) {
-      pb::TokenLogprobs* lp = response.add_logprobs();
-      lp->set_logprob(t.logprob);
-      for (const engine::TokenLogprob& top : t.top) {
-        pb::TopLogprob* tl = lp->add_top_logprobs();
-        tl->set_token_id(top.token_id);
-        tl->set_logprob(top.logprob);
+    // One message per token, as a running request streams them (a response-cache hit, or a
+    // consumer that fell behind, reads several at once): the same chunks either way.
+    const size_t n = event->token_ids.size();
+    for (size_t i = 0; i + 1 < n && !cancelled; ++i) {
+      pb::GenerateResponse one;
+      one.add_token_ids(event->token_ids[i]);
+      if (i < event->logprobs.size()) AddLogprobs(event->logprobs[i], &one);
+      if (!writer->Write(one)) {
+        scheduler_.Cancel(submitted->seq_id);
+        cancelled = true;
       }
+    }
+    pb::GenerateResponse response;
+    if (n > 0) {
+      response.add_token_ids(event->token_ids[n - 1]);
+      if (n - 1 < event->logprobs.size()) AddLogprobs(event->logprobs[n - 1], &response);
     }
     if (event->final()) {
       response.set_finish_reason(ToProto(event->finish_reason));
@@ -187,6 +203,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
       usage->set_prompt_tokens(static_cast<int32_t>(event->usage.prompt_tokens));
       usage->set_completion_tokens(static_cast<int32_t>(event->usage.completion_tokens));
       usage->set_cached_prompt_tokens(static_cast<int32_t>(event->usage.cached_prompt_tokens));
+      usage->set_from_response_cache(event->usage.from_response_cache);
       if (!event->status.ok()) response.set_error_message(std::string(event->status.message()));
       if (event->status.ok()) {
         MOE_LOG_INFO("router: {} {} finished {}: {} prompt ({} cached) + {} generated tokens",
@@ -225,6 +242,12 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   response->set_kv_usage_ratio(
       stats.kv.num_blocks_total > 0 ? static_cast<float>(used) / stats.kv.num_blocks_total : 0.0f);
   response->set_placement_version(0);
+  pb::KvNamespace* ns = response->mutable_kv_namespace();
+  ns->set_model_id(info_.kv_namespace.model_id);
+  ns->set_checkpoint_fingerprint(info_.kv_namespace.checkpoint_fingerprint);
+  ns->set_block_size(info_.kv_namespace.block_size);
+  ns->set_kv_dtype(std::string(common::DTypeName(info_.kv_namespace.kv_dtype)));
+  ns->set_numerics(info_.kv_namespace.numerics);
   pb::ExpertLoadWindow* load = response->mutable_expert_load();
   load->set_window_ms(0);
   load->set_num_layers(static_cast<int32_t>(info_.num_layers));

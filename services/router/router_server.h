@@ -25,6 +25,7 @@
 #include "moe/router/v1/router.grpc.pb.h"
 #include "services/router/core/router_core.h"
 #include "services/router/core/scheduler.h"
+#include "services/router/kv_store_client.h"
 #include "services/router/remote_expert_executor.h"
 
 namespace moe::router {
@@ -34,6 +35,8 @@ struct RouterOptions {
   RouterCoreOptions core;
   // Remote expert workers (empty `experts.workers` = experts in-process, the embedded mode).
   RemoteExpertsOptions experts;
+  // The kv-store below L1 (empty `kv_store.targets` = none).
+  KvStoreClientOptions kv_store;
   common::rpc::ServerOptions grpc;
   common::metrics::MetricsServerOptions metrics;
   // This router's id in GetStats ("" = the host name).
@@ -44,6 +47,7 @@ struct RouterOptions {
   static void Describe(common::config::Schema<RouterOptions>& s) {
     s.Section("core", &RouterOptions::core);
     s.Section("experts", &RouterOptions::experts);
+    s.Section("kv_store", &RouterOptions::kv_store);
     s.Section("grpc", &RouterOptions::grpc);
     s.Section("metrics", &RouterOptions::metrics);
     s.Add("router_id", &RouterOptions::router_id, "id reported by GetStats; default host name");
@@ -60,6 +64,7 @@ struct RouterServerInfo {
   int64_t max_context = 0;
   int64_t num_layers = 0;
   int64_t num_experts = 0;
+  kv::BlockHashRootKey kv_namespace;  // GetStats.kv_namespace (RouterCore::kv_namespace())
 };
 
 // Thread-safe: gRPC calls it from its own threads. Borrows the scheduler and clock.

@@ -43,8 +43,7 @@ class RouterServerTest : public ::testing::Test {
     options.num_threads = 1;
     options.kv_num_blocks = 256;
     options.scheduler = scheduler_options;
-    ASSERT_OK_AND_ASSIGN(core_,
-                         RouterCore::Create(options, registry_, common::SystemClock::Get()));
+    ASSERT_OK_AND_ASSIGN(core_, RouterCore::Create(options, registry_, common::SystemClock::Get()));
     const auto& config = core_->config();
     server_ = std::make_unique<RouterServer>(
         core_->scheduler(),

@@ -12,14 +12,12 @@
 #include "grpcpp/client_context.h"
 
 namespace moe::testing {
-namespace {
-
-std::string Bin(const std::string& name) {
+std::string BinPath(const std::string& name) {
   const char* dir = std::getenv("MOE_BUILD_DIR");
   return absl::StrCat(dir != nullptr ? dir : ".", "/bin/", name);
 }
 
-absl::StatusOr<Proc> Launch(std::vector<std::string> argv, const std::string& log_path) {
+absl::StatusOr<Proc> LaunchService(std::vector<std::string> argv, const std::string& log_path) {
   const std::string binary = argv[0];
   auto child =
       common::process::ChildProcess::Spawn({.argv = std::move(argv), .stderr_path = log_path});
@@ -37,16 +35,15 @@ absl::StatusOr<Proc> Launch(std::vector<std::string> argv, const std::string& lo
   return p;
 }
 
-}  // namespace
-
 absl::StatusOr<Proc> StartWorker(const std::string& model_dir,
                                  const std::vector<std::string>& experts, int port,
                                  const std::string& log_path) {
-  return Launch({Bin("expert-worker"), "--set", "core.model_dir=" + model_dir, "--set",
-                 "core.experts=" + absl::StrJoin(experts, ","), "--set", "grpc.host=127.0.0.1",
-                 "--set", absl::StrCat("grpc.port=", port), "--set", "metrics.host=127.0.0.1",
-                 "--set", "metrics.port=0", "--set", "grpc.drain_timeout=1s"},
-                log_path);
+  return LaunchService(
+      {BinPath("expert-worker"), "--set", "core.model_dir=" + model_dir, "--set",
+       "core.experts=" + absl::StrJoin(experts, ","), "--set", "grpc.host=127.0.0.1", "--set",
+       absl::StrCat("grpc.port=", port), "--set", "metrics.host=127.0.0.1", "--set",
+       "metrics.port=0", "--set", "grpc.drain_timeout=1s"},
+      log_path);
 }
 
 absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
@@ -69,7 +66,8 @@ absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
     }
   }
   f.close();
-  return Launch({Bin("router"), "--config", config}, absl::StrCat(dir, "/router", n, ".log"));
+  return LaunchService({BinPath("router"), "--config", config},
+                       absl::StrCat(dir, "/router", n, ".log"));
 }
 
 std::unique_ptr<moe::router::v1::Router::Stub> RouterStub(const std::string& address) {

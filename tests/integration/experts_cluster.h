@@ -19,6 +19,13 @@ struct Proc {
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
 };
 
+// `$MOE_BUILD_DIR/bin/<name>`.
+std::string BinPath(const std::string& name);
+
+// Starts a service (`argv[0]` a binary from BinPath), its stderr to `log_path`, and waits for its
+// listening line (printed once it is SERVING).
+absl::StatusOr<Proc> LaunchService(std::vector<std::string> argv, const std::string& log_path);
+
 // Starts `expert-worker` holding `experts` (specs, e.g. {"*:0-7"}) on `port` (0 = any) and waits
 // for its listening line (printed once warmed up and SERVING).
 absl::StatusOr<Proc> StartWorker(const std::string& model_dir,

@@ -125,6 +125,9 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
                     ? (fs::path(MOE_SOURCE_DIR) / ".models" / options->preset).string()
                     : options->model_dir;
   c.model_dir = fs::absolute(c.model_dir).lexically_normal().string();
+  c.data_dir = options->data_dir.empty() ? (fs::path(MOE_SOURCE_DIR) / ".moe-data").string()
+                                         : options->data_dir;
+  c.data_dir = fs::absolute(c.data_dir).lexically_normal().string();
 
   // SIGINT/SIGTERM are taken by the supervisor (a signalfd), so they are blocked before any
   // thread exists; children start with default signal handling whatever this process blocks.
@@ -173,7 +176,8 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
   return rc;
 }
 
-MOE_REGISTER_COMMAND("up", "starts the local cluster (router + gateway) and prints its URL", RunUp);
+MOE_REGISTER_COMMAND("up", "starts the local cluster (kv-store, router, gateway) and prints its URL",
+                     RunUp);
 
 }  // namespace
 }  // namespace moe::cli

@@ -18,6 +18,7 @@ void UpOptions::Describe(config::Schema<UpOptions>& s) {
   s.Add("model_dir", &UpOptions::model_dir, "checkpoint; default <repo>/.models/<preset>");
   s.Add("preset", &UpOptions::preset, "preset made when the model is missing");
   s.Add("host", &UpOptions::host, "loopback address the services bind").NonEmpty();
+  s.Add("data_dir", &UpOptions::data_dir, "kv-store L3 data; default <repo>/.moe-data");
   s.Add("ready_timeout", &UpOptions::ready_timeout, "wait for readiness at most")
       .Min(absl::Seconds(1));
   s.Add("stop_timeout", &UpOptions::stop_timeout, "grace per service on stop")

@@ -5,6 +5,8 @@
 //   gateway: {port: 8000, args: ["--set", "limits.max_in_flight=64"]}
 //   router: {replicas: 2, args: ["--set", "core.num_threads=2"]}
 //   expert_worker: {replicas: 2}   # default 0: experts run inside the routers
+//   kv_store: {replicas: 1}        # the shared L2/L3 KV tiers (0: routers use L1 only)
+//   data_dir: /var/tmp/moe         # where the kv-store keeps L3 (default <repo>/.moe-data)
 #pragma once
 
 #include <cstdint>
@@ -31,10 +33,12 @@ struct UpOptions {
   std::string model_dir;         // "" = <repo>/.models/<preset>
   std::string preset = "small";  // made when model_dir has no config.json
   std::string host = "127.0.0.1";
+  std::string data_dir;  // "" = <repo>/.moe-data: L3 of each kv-store in kv-store-<i>/
   absl::Duration ready_timeout = absl::Seconds(180);  // from the first start to all ready
   absl::Duration stop_timeout = absl::Seconds(30);    // per process: SIGTERM, then SIGKILL
   // One field per ServiceSpec of Topology() (its `options`), with that kind's defaults.
   ServiceOptions expert_worker{.replicas = 0, .args = {}, .port = 0};  // 0: experts in-process
+  ServiceOptions kv_store;  // one kv-store the routers share
   ServiceOptions router;
   ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};
 

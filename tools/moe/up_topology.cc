@@ -50,6 +50,24 @@ std::vector<ServiceSpec> MakeTopology() {
       .ready = GrpcServing,
   });
   specs.push_back({
+      .name = "kv_store",
+      .binary = "kv-store",
+      .options = &UpOptions::kv_store,
+      .max_replicas = 16,
+      .flags =
+          [](const UpContext& c, int i) {
+            // L3 survives `moe up` restarts in the data directory; 2 GiB of it by default here.
+            return std::vector<std::string>{
+                "--set", absl::StrCat("core.l3_dir=", c.data_dir, "/kv-store-", i),
+                "--set", "core.l3_bytes=2147483648",
+                "--set", "grpc.host=" + c.options.host,
+                "--set", "grpc.port=0",
+                "--set", "metrics.host=" + c.options.host,
+                "--set", "metrics.port=0"};
+          },
+      .ready = GrpcServing,
+  });
+  specs.push_back({
       .name = "router",
       .binary = "router",
       .options = &UpOptions::router,
@@ -62,6 +80,11 @@ std::vector<ServiceSpec> MakeTopology() {
                                               "--set", "metrics.host=" + c.options.host,
                                               "--set", "metrics.port=0",
                                               "--set", absl::StrCat("router_id=router-", i)};
+            const std::vector<std::string> stores = c.Addresses("kv_store", &ListeningPorts::grpc);
+            if (!stores.empty()) {
+              flags.push_back("--set");
+              flags.push_back("kv_store.targets=" + absl::StrJoin(stores, ","));
+            }
             const std::vector<std::string> workers =
                 c.Addresses("expert_worker", &ListeningPorts::grpc);
             if (!workers.empty()) {

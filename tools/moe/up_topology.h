@@ -23,6 +23,7 @@ namespace moe::cli {
 struct UpContext {
   UpOptions options;
   std::string model_dir;  // absolute
+  std::string data_dir;   // absolute: the kv-stores' L3 directories go below it
   int num_experts = 0;    // routed experts per MoE layer (config.json)
 
   struct Started {

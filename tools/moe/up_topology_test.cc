@@ -30,7 +30,7 @@ const ServiceSpec& Spec(const std::string& name) {
 TEST(UpTopologyTest, StartOrderIsBackEndsFirst) {
   std::vector<std::string> names;
   for (const ServiceSpec& s : Topology()) names.push_back(s.name);
-  EXPECT_THAT(names, ElementsAre("expert_worker", "router", "gateway"));
+  EXPECT_THAT(names, ElementsAre("expert_worker", "kv_store", "router", "gateway"));
 }
 
 TEST(UpTopologyTest, EverySpecIsAConfigSection) {
@@ -53,6 +53,13 @@ TEST(UpTopologyTest, ReplicaBoundsComeFromTheSpecs) {
               StatusIs(absl::StatusCode::kInvalidArgument, "gateway.replicas: must be 1"));
 }
 
+TEST(UpTopologyTest, OneKvStoreByDefaultWithItsL3InTheDataDirectory) {
+  EXPECT_EQ(UpOptions{}.kv_store.replicas, 1);
+  UpContext c;
+  c.data_dir = "/data";
+  EXPECT_THAT(Spec("kv_store").flags(c, 1), Contains("core.l3_dir=/data/kv-store-1"));
+}
+
 TEST(UpTopologyTest, RoutersAreToldAboutStartedWorkersAndTheGatewayAboutRouters) {
   UpContext c;
   c.model_dir = "/m";
@@ -67,6 +74,9 @@ TEST(UpTopologyTest, RoutersAreToldAboutStartedWorkersAndTheGatewayAboutRouters)
   c.started.push_back({"expert_worker", {.grpc = 5003, .metrics = 5004}});
   EXPECT_THAT(Spec("router").flags(c, 0),
               Contains("experts.workers=127.0.0.1:5001,127.0.0.1:5003"));
+  EXPECT_THAT(absl::StrJoin(Spec("router").flags(c, 0), " "), Not(HasSubstr("kv_store.targets")));
+  c.started.push_back({"kv_store", {.grpc = 7001, .metrics = 7002}});
+  EXPECT_THAT(Spec("router").flags(c, 0), Contains("kv_store.targets=127.0.0.1:7001"));
   c.started.push_back({"router", {.grpc = 6001}});
   c.started.push_back({"router", {.grpc = 6002}});
   const std::vector<std::string> gateway = Spec("gateway").flags(c, 0);

@@ -31,7 +31,7 @@
 {{- $_ := set $base "experts" (dict "workers" $workers "placement" (include "moe.placement" . | fromJsonArray) "utilisation_threshold" $v.placement.utilisationThreshold) -}}
 {{- end -}}
 {{- if $v.kvStore.enabled -}}
-{{- $_ := set $base "kv_store" (dict "targets" (include "moe.kvStoreAddresses" . | fromJsonArray)) -}}
+{{- $_ := set $base "kv_store" (dict "targets" (include "moe.kvStoreAddresses" . | fromJsonArray) "lossy_int8" ($v.numerics.lossyKv | default false) "response_cache" ($v.kvStore.responseCache | default false)) -}}
 {{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy ($v.routers.config | default dict))) -}}
 {{- end -}}
@@ -71,7 +71,7 @@
 {{- define "moe.config.kvStore" -}}
 {{- $v := .Values -}}
 {{- $base := dict
-  "core" (dict "model_name" $v.model.name "l2_bytes" (int64 $v.kvStore.l2Bytes) "l3_dir" $v.kvStore.l3.mountPath)
+  "core" (dict "l2_bytes" (int64 $v.kvStore.l2Bytes) "l3_bytes" (int64 $v.kvStore.l3Bytes) "l3_dir" $v.kvStore.l3.mountPath "compression" (ternary "int8" "zstd" ($v.numerics.lossyKv | default false)))
   "grpc" (dict "host" "0.0.0.0" "port" (int $v.ports.kvStoreGrpc))
   "metrics" (dict "host" "0.0.0.0" "port" (int $v.ports.metrics))
   "log_level" $v.logLevel

@@ -1,6 +1,7 @@
 #include "services/router/core/engine_model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -51,6 +52,56 @@ absl::Status EngineModelRunner::Step(std::span<const StepChunk> chunks,
 
 absl::Status EngineModelRunner::CopyBlock(int32_t src_block, int32_t dst_block) {
   return rep_->engine->kv_cache().CopyBlock(src_block, dst_block);
+}
+
+std::vector<int64_t> EngineModelRunner::kv_block_dims() const {
+  const engine::KvCache& kv = rep_->engine->kv_cache();
+  const kernels::PagedKvLayout& l = kv.layout();
+  return {kv.num_layers(), 2, l.block_size, l.num_kv_heads, l.head_dim};
+}
+
+int64_t EngineModelRunner::kv_block_bytes() const {
+  const engine::KvCache& kv = rep_->engine->kv_cache();
+  return 2 * kv.num_layers() * kv.floats_per_block() * static_cast<int64_t>(sizeof(float));
+}
+
+// The wire layout is [layer][K, V][slots of one block]: chunk c = 2 * layer + (V ? 1 : 0) is
+// the block's contiguous run of floats_per_block floats in that layer's K or V array.
+absl::Status EngineModelRunner::ReadKvBlock(int32_t block_id, std::span<uint8_t> dst) {
+  engine::KvCache& kv = rep_->engine->kv_cache();
+  if (block_id < 0 || block_id >= kv.num_blocks() ||
+      static_cast<int64_t>(dst.size()) != kv_block_bytes()) {
+    return absl::InvalidArgumentError("ReadKvBlock: bad block id or size");
+  }
+  const int64_t fpb = kv.floats_per_block();
+  const size_t chunk = static_cast<size_t>(fpb) * sizeof(float);
+  for (int64_t layer = 0; layer < kv.num_layers(); ++layer) {
+    std::memcpy(dst.data() + (2 * layer) * chunk, kv.k(layer) + block_id * fpb, chunk);
+    std::memcpy(dst.data() + (2 * layer + 1) * chunk, kv.v(layer) + block_id * fpb, chunk);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineModelRunner::WriteKvBlock(int32_t block_id, int64_t offset,
+                                             std::span<const uint8_t> src) {
+  engine::KvCache& kv = rep_->engine->kv_cache();
+  if (block_id < 0 || block_id >= kv.num_blocks() || offset < 0 ||
+      offset + static_cast<int64_t>(src.size()) > kv_block_bytes()) {
+    return absl::InvalidArgumentError("WriteKvBlock: bad block id or range");
+  }
+  const int64_t fpb = kv.floats_per_block();
+  const int64_t chunk = fpb * static_cast<int64_t>(sizeof(float));
+  size_t done = 0;
+  while (done < src.size()) {
+    const int64_t at = offset + static_cast<int64_t>(done);
+    const int64_t c = at / chunk;
+    const int64_t within = at % chunk;
+    const size_t n = std::min(src.size() - done, static_cast<size_t>(chunk - within));
+    float* base = (c % 2 == 0 ? kv.k(c / 2) : kv.v(c / 2)) + block_id * fpb;
+    std::memcpy(reinterpret_cast<uint8_t*>(base) + within, src.data() + done, n);
+    done += n;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EngineModelRunner::ChunkStatus(size_t chunk) const {

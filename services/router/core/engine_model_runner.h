@@ -32,6 +32,11 @@ class EngineModelRunner final : public ModelRunner {
   absl::Status Step(std::span<const StepChunk> chunks, std::vector<float>* logits) override;
   absl::Status CopyBlock(int32_t src_block, int32_t dst_block) override;
   absl::Status ChunkStatus(size_t chunk) const override;
+  std::vector<int64_t> kv_block_dims() const override;
+  int64_t kv_block_bytes() const override;
+  absl::Status ReadKvBlock(int32_t block_id, std::span<uint8_t> dst) override;
+  absl::Status WriteKvBlock(int32_t block_id, int64_t offset,
+                            std::span<const uint8_t> src) override;
 
  private:
   struct Rep;  // the engine, and the step's items and output reused across steps (.cc)

@@ -126,7 +126,7 @@ void LoadTracker::UpdateBalancednessGauges(absl::Duration span,
     for (int rank = 0; rank < n; ++rank) {
       const common::metrics::Labels labels = {{"layer", layer}, {"rank", absl::StrCat(rank + 1)}};
       metrics_.hot_share.Add(labels).Set(static_cast<double>(tokens[order[rank]]) /
-                                          static_cast<double>(total));
+                                         static_cast<double>(total));
       metrics_.hot_id.Add(labels).Set(order[rank]);
     }
   }

@@ -46,6 +46,23 @@ class ModelRunner {
 
   // Copies the KV of block `src_block` into `dst_block` (every layer): copy-on-write.
   virtual absl::Status CopyBlock(int32_t src_block, int32_t dst_block) = 0;
+
+  // A block's K/V as the kv tiers move it: kv_block_dims() = [num_layers, 2, block_size,
+  // num_kv_heads, head_dim] f32 (2 = K then V), kv_block_bytes() bytes; empty / 0 when this
+  // runner cannot move blocks (the scheduler then leaves the kv tier alone).
+  virtual std::vector<int64_t> kv_block_dims() const { return {}; }
+  virtual int64_t kv_block_bytes() const { return 0; }
+  // Copies block `block_id`'s K/V, every layer, into `dst` (kv_block_bytes() bytes) in that
+  // layout. INVALID_ARGUMENT for a bad id or size. Between steps only.
+  virtual absl::Status ReadKvBlock(int32_t block_id, std::span<uint8_t> dst) {
+    return absl::UnimplementedError("this runner cannot read KV blocks");
+  }
+  // Writes bytes [offset, offset + src.size()) of block `block_id`'s K/V in that layout.
+  // INVALID_ARGUMENT for a bad id or range. Between steps only.
+  virtual absl::Status WriteKvBlock(int32_t block_id, int64_t offset,
+                                    std::span<const uint8_t> src) {
+    return absl::UnimplementedError("this runner cannot write KV blocks");
+  }
 };
 
 }  // namespace moe::router

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/kv/block_manager.h"
+#include "common/model/checkpoint_fingerprint.h"
 
 namespace moe::router {
 
@@ -20,7 +21,8 @@ absl::Status RouterCoreOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreOptions& options,
                                                                common::metrics::Registry& registry,
                                                                common::Clock& clock,
-                                                               engine::ExpertExecutor* experts) {
+                                                               engine::ExpertExecutor* experts,
+                                                               KvTier* kv_tier) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<RouterCore> core(new RouterCore());
   core->model_name_ = options.model_name;
@@ -51,12 +53,22 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
                                                          engine_options, experts));
   core->runner_ = std::make_unique<EngineModelRunner>(core->engine_.get());
 
+  KvTier& tier = kv_tier != nullptr ? *kv_tier : core->no_kv_tier_;
+  // Blocks outlive this process in the kv-store: the root names exactly what computed them.
+  ASSIGN_OR_RETURN(const std::string fingerprint, model::CheckpointFingerprint(options.model_dir));
   kv::BlockManagerOptions kv_options;
   kv_options.block_size = options.block_size;
   kv_options.num_blocks = core->engine_->kv_cache().num_blocks();
   kv_options.enable_prefix_caching = options.enable_prefix_caching;
   kv_options.model_id = core->model_name_;
   kv_options.kv_dtype = common::DType::kF32;  // the engine keeps K/V in f32
+  kv_options.checkpoint_fingerprint = fingerprint;
+  kv_options.numerics =
+      kv::NumericsSetting(kernels::ActivationsName(options.activations), tier.fidelity());
+  core->kv_namespace_ =
+      kv::BlockHashRootKey{kv_options.model_id, kv_options.block_size, kv_options.kv_dtype, ""};
+  core->kv_namespace_.checkpoint_fingerprint = kv_options.checkpoint_fingerprint;
+  core->kv_namespace_.numerics = kv_options.numerics;
   ASSIGN_OR_RETURN(auto block_manager, kv::BlockManager::Create(kv_options));
 
   SchedulerOptions scheduler_options = options.scheduler;
@@ -71,8 +83,8 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
   core->metrics_ =
       std::make_unique<RouterMetrics>(registry, core->model_name_, options.vllm_metric_aliases);
   ASSIGN_OR_RETURN(core->scheduler_,
-                   Scheduler::Create(scheduler_options, std::move(block_manager),
-                                     *core->runner_, clock, *core->metrics_));
+                   Scheduler::Create(scheduler_options, std::move(block_manager), *core->runner_,
+                                     tier, clock, *core->metrics_));
   return core;
 }
 

@@ -13,9 +13,11 @@
 #include "common/base/clock.h"
 #include "common/config/schema.h"
 #include "common/engine/engine.h"
+#include "common/kv/block_hash.h"
 #include "common/metrics/registry.h"
 #include "common/model/checkpoint.h"
 #include "services/router/core/engine_model_runner.h"
+#include "services/router/core/kv_tier.h"
 #include "services/router/core/router_metrics.h"
 #include "services/router/core/scheduler.h"
 #include "services/router/core/scheduler_options.h"
@@ -87,9 +89,11 @@ class RouterCore {
   // `experts` (optional, borrowed, must outlive the core): where the routed experts run (the
   // RemoteExpertExecutor of a disaggregated router); the checkpoint is then opened without
   // the routed experts' tensors. Null = in-process (LocalExpertExecutor over all tensors).
+  // `kv_tier` (optional, borrowed, must outlive the core): the kv-store below L1 (KvStoreClient);
+  // null = none. Its fidelity is part of the KV block identity's numerics.
   static absl::StatusOr<std::unique_ptr<RouterCore>> Create(
       const RouterCoreOptions& options, common::metrics::Registry& registry, common::Clock& clock,
-      engine::ExpertExecutor* experts = nullptr);
+      engine::ExpertExecutor* experts = nullptr, KvTier* kv_tier = nullptr);
   // Shuts the scheduler down (aborting what runs) before the engine goes.
   ~RouterCore();
 
@@ -98,11 +102,16 @@ class RouterCore {
   const model::ModelConfig& config() const { return checkpoint_->config(); }
   const std::string& model_name() const { return model_name_; }
   const model::Checkpoint& checkpoint() const { return *checkpoint_; }
+  // The KV block identity's namespace (cache_salt empty): model id, checkpoint fingerprint,
+  // block size, KV dtype, numerics. What GetStats publishes for the gateway.
+  const kv::BlockHashRootKey& kv_namespace() const { return kv_namespace_; }
 
  private:
   RouterCore() = default;
 
   std::string model_name_;
+  kv::BlockHashRootKey kv_namespace_;
+  NoKvTier no_kv_tier_;
   std::unique_ptr<model::Checkpoint> checkpoint_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<EngineModelRunner> runner_;

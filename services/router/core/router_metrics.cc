@@ -35,7 +35,19 @@ RouterMetrics::RouterMetrics(common::metrics::Registry& r, const std::string& mo
       prefix_cache_queries_total_l1(r.AddCounter(
           "moe_prefix_cache_queries_total", "Prefix cache lookups, in blocks.", {{"tier", "l1"}})),
       prefix_cache_hits_total_l1(r.AddCounter("moe_prefix_cache_hits_total",
-                                              "Prefix cache hits, in blocks.", {{"tier", "l1"}})) {
+                                              "Prefix cache hits, in blocks.", {{"tier", "l1"}})),
+      prefix_cache_queries_total_l2(r.AddCounter(
+          "moe_prefix_cache_queries_total", "Prefix cache lookups, in blocks.", {{"tier", "l2"}})),
+      prefix_cache_hits_total_l2(r.AddCounter("moe_prefix_cache_hits_total",
+                                              "Prefix cache hits, in blocks.", {{"tier", "l2"}})),
+      prefix_cache_queries_total_l3(r.AddCounter(
+          "moe_prefix_cache_queries_total", "Prefix cache lookups, in blocks.", {{"tier", "l3"}})),
+      prefix_cache_hits_total_l3(r.AddCounter("moe_prefix_cache_hits_total",
+                                              "Prefix cache hits, in blocks.", {{"tier", "l3"}})),
+      kv_fetch_seconds(r.AddHistogram("moe_stage_seconds", "Time per pipeline stage.",
+                                      LatencyBuckets(), {{"stage", "kv_fetch"}})),
+      response_cache_hits_total(r.AddCounter("moe_response_cache_hits_total",
+                                             "Requests answered from the exact response cache.")) {
   if (vllm_aliases) {
     vllm_num_requests_waiting =
         &r.AddGauge("vllm:num_requests_waiting",

@@ -34,6 +34,14 @@ struct RouterMetrics {
   common::metrics::Gauge& kv_usage_ratio_l1;                // moe_kv_usage_ratio{tier="l1"}
   common::metrics::Counter& prefix_cache_queries_total_l1;  // in blocks
   common::metrics::Counter& prefix_cache_hits_total_l1;     // in blocks
+  // The kv-store's tiers as this router used them, in blocks: queries at l2 are the eligible
+  // prompt blocks L1 missed, at l3 those L2 missed too; hits are the blocks fetched intact.
+  common::metrics::Counter& prefix_cache_queries_total_l2;
+  common::metrics::Counter& prefix_cache_hits_total_l2;
+  common::metrics::Counter& prefix_cache_queries_total_l3;
+  common::metrics::Counter& prefix_cache_hits_total_l3;
+  common::metrics::Histogram& kv_fetch_seconds;         // moe_stage_seconds{stage="kv_fetch"}
+  common::metrics::Counter& response_cache_hits_total;  // requests answered from it
   // Null unless vllm_aliases.
   common::metrics::Gauge* vllm_num_requests_waiting = nullptr;  // vllm:num_requests_waiting
   common::metrics::Gauge* vllm_kv_cache_usage_perc = nullptr;   // vllm:kv_cache_usage_perc, [0, 1]

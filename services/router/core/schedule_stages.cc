@@ -34,8 +34,10 @@ int64_t NextChunkTokens(const StageContext& ctx, const SequenceState& seq, const
 }
 
 // Frees the blocks of running_.back() and requeues it (recompute: its tokens so far are kept).
-SequenceState* PreemptLast(kv::BlockManager& blocks, SchedulingQueues* queues) {
+SequenceState* PreemptLast(const StageContext& ctx, SchedulingQueues* queues) {
+  kv::BlockManager& blocks = ctx.blocks;
   SequenceState* victim = queues->running.back();
+  if (ctx.on_preempt) ctx.on_preempt(*victim);
   const absl::Status freed = blocks.Free(victim->seq_id);
   MOE_DCHECK(freed.ok());
   (void)freed;
@@ -75,7 +77,7 @@ void ScheduleDecodes(const StageContext& ctx, SchedulingQueues* queues, StepPlan
       absl::StatusOr<int64_t> need = blocks.NumBlocksForAppend(seq.seq_id, 1);
       if (!need.ok() || *need <= blocks.NumAvailableBlocks()) break;
       if (running.size() == 1) break;  // nothing else to take from: AppendTokens fails below
-      SequenceState* victim = PreemptLast(blocks, queues);
+      SequenceState* victim = PreemptLast(ctx, queues);
       plan->preempted.push_back(victim);
       if (victim == &seq) {
         self_preempted = true;

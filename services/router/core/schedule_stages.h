@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct StageContext {
   // Whether the consumer of `seq` can take another token now (RequestStream::HasRoom). A chunk
   // that would yield a token (a decode, the last chunk of a prompt) is planned only then.
   absl::FunctionRef<bool(const SequenceState&)> has_room;
+  // Runs for a victim just before its blocks are freed by a preemption (their K/V still intact):
+  // the scheduler's offload mode stores the victim's computed blocks in the kv tier. Optional.
+  std::function<void(SequenceState&)> on_preempt;
 };
 
 // Stage 1. For each running decode in queue order, while the plan has budget: gives it a KV slot

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/check.h"
 #include "common/base/status_macros.h"
+#include "services/router/core/response_cache_key.h"
 #include "services/router/core/schedule_stages.h"
 #include "services/router/core/sequence_state.h"
 #include "services/router/core/step_plan.h"
@@ -28,7 +29,7 @@ using generation::Usage;
 class Scheduler::Impl {
  public:
   Impl(const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
-       ModelRunner& runner, common::Clock& clock, RouterMetrics& metrics);
+       ModelRunner& runner, KvTier& kv_tier, common::Clock& clock, RouterMetrics& metrics);
   ~Impl();
 
   absl::StatusOr<SubmittedRequest> Submit(GenerateRequest request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -58,9 +59,17 @@ class Scheduler::Impl {
     absl::Time arrival;
     absl::Time first_token = absl::InfinitePast();
     absl::Time last_token = absl::InfinitePast();
+    // Leading full blocks already in (or queued for) the kv tier, or taken from it or from L1.
+    int64_t num_blocks_stored = 0;
+    // Set when the request may use the response cache: its key, and (with logprobs) what was
+    // streamed, for the entry stored when it finishes.
+    std::optional<kv::BlockHash> response_key;
+    std::vector<engine::SampledToken> streamed_logprobs;
   };
   // Every SequenceState in queues_ and plan_ is a Sequence.
   static Sequence& Seq(SequenceState* s) { return *static_cast<Sequence*>(s); }
+
+  class FetchWriter;
 
   // Lets a RequestStream (which may outlive the scheduler) wake the loop safely.
   struct Waker {
@@ -94,12 +103,22 @@ class Scheduler::Impl {
   void AddChunk(const PlannedChunk& chunk);
   // Samples the next token of `seq` from `logits` [vocab] and handles stop / length.
   void ProcessLogits(Sequence& seq, const float* logits, absl::Time now);
+  // Fetches from the kv tier the further prefix of this step's admissions that L1 missed, and
+  // moves their planned chunks past what arrived.
+  void FetchFromKvTier();
+  // Stores `seq`'s computed full blocks that are not in the kv tier yet.
+  void StoreComputedBlocks(Sequence& seq);
+  // The response cache's answer for `seq` (already validated and numbered), if it has one:
+  // streams it, finishes the stream and counts it. Returns whether it answered.
+  bool AnswerFromResponseCache(Sequence& seq, const CachedResponse& cached);
+  void StoreResponse(const Sequence& seq, FinishReason reason);
   void RemoveFinished();
   void PublishStats(int64_t step_tokens, int64_t step_seqs) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const SchedulerOptions options_;
   ModelRunner& runner_;
+  KvTier& kv_tier_;
   common::Clock& clock_;
   RouterMetrics& metrics_;
   const int64_t vocab_size_;
@@ -121,6 +140,10 @@ class Scheduler::Impl {
   std::vector<StepChunk> chunks_;
   std::vector<Sequence*> chunk_seqs_;
   std::vector<float> logits_;
+  std::vector<KvFetch> fetches_;
+  std::vector<Admission*> fetch_admissions_;
+  std::vector<std::vector<kv::BlockHash>> fetch_chains_;
+  std::vector<std::vector<int32_t>> fetch_tables_;
 
   // Started by Start(), joined by Shutdown().
   std::thread loop_;
@@ -147,7 +170,19 @@ class Scheduler::Impl {
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
     ModelRunner& runner, common::Clock& clock, RouterMetrics& metrics) {
+  static NoKvTier* const no_tier = new NoKvTier();
+  return Create(options, std::move(block_manager), runner, *no_tier, clock, metrics);
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
+    ModelRunner& runner, KvTier& kv_tier, common::Clock& clock, RouterMetrics& metrics) {
   RETURN_IF_ERROR(options.Validate());
+  if (kv_tier.enabled() && kv_tier.block_bytes() != runner.kv_block_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler: the kv tier moves blocks of ", kv_tier.block_bytes(),
+                     " bytes, the KV cache's are ", runner.kv_block_bytes()));
+  }
   if (block_manager == nullptr) return absl::InvalidArgumentError("scheduler: no block manager");
   if (block_manager->block_size() != runner.kv_block_size()) {
     return absl::InvalidArgumentError(
@@ -160,7 +195,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
                      " blocks, the KV cache only ", runner.num_kv_blocks()));
   }
   return std::unique_ptr<Scheduler>(new Scheduler(
-      std::make_unique<Impl>(options, std::move(block_manager), runner, clock, metrics)));
+      std::make_unique<Impl>(options, std::move(block_manager), runner, kv_tier, clock, metrics)));
 }
 
 Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -184,9 +219,10 @@ const SchedulerOptions& Scheduler::options() const { return impl_->options(); }
 
 Scheduler::Impl::Impl(const SchedulerOptions& options,
                       std::unique_ptr<kv::BlockManager> block_manager, ModelRunner& runner,
-                      common::Clock& clock, RouterMetrics& metrics)
+                      KvTier& kv_tier, common::Clock& clock, RouterMetrics& metrics)
     : options_(options),
       runner_(runner),
+      kv_tier_(kv_tier),
       clock_(clock),
       metrics_(metrics),
       vocab_size_(runner.vocab_size()),
@@ -249,13 +285,37 @@ absl::StatusOr<SubmittedRequest> Scheduler::Impl::Submit(GenerateRequest request
   seq->arrival = clock_.Now();
   SubmittedRequest out;
   out.stream = seq->stream;
+  std::optional<CachedResponse> cached;
+  if (kv_tier_.response_cache_enabled() && IsResponseCacheable(seq->request)) {
+    GenerateRequest keyed;  // the key reads the prompt and parameters; the prompt moved to tokens
+    keyed.sampling = seq->request.sampling;
+    keyed.cache_salt = seq->cache_salt;
+    keyed.prompt_token_ids = seq->tokens;
+    const kv::BlockManagerOptions& bm = block_manager_->options();
+    kv::BlockHashRootKey ns{bm.model_id, bm.block_size, bm.kv_dtype, ""};
+    ns.checkpoint_fingerprint = bm.checkpoint_fingerprint;
+    ns.numerics = bm.numerics;
+    seq->response_key = ResponseCacheKey(ns, options_.eos_token_ids, keyed);
+    // On the caller's thread (a gRPC handler), bounded by the tier's deadline: no step waits.
+    cached = kv_tier_.LookupResponse(*seq->response_key);
+  }
+  if (cached.has_value()) {
+    {
+      // Answered without a queue slot; an id still names it (Cancel ignores finished ids).
+      absl::MutexLock lock(&mu_);
+      if (!accepting_) return absl::UnavailableError("router is shutting down");
+      seq->seq_id = SeqId(next_seq_id_++);
+    }
+    out.seq_id = seq->seq_id;
+    if (AnswerFromResponseCache(*seq, *cached)) return out;
+  }
   absl::MutexLock lock(&mu_);
   if (!accepting_) return absl::UnavailableError("router is shutting down");
   if (num_queued_ >= options_.max_waiting) {
     return absl::ResourceExhaustedError(
         absl::StrCat("router queue is full (", num_queued_, " requests waiting); retry later"));
   }
-  seq->seq_id = SeqId(next_seq_id_++);
+  if (seq->seq_id.value() == 0) seq->seq_id = SeqId(next_seq_id_++);
   seq->seed = seq->request.sampling.seed.has_value() ? *seq->request.sampling.seed : seed_rng_();
   out.seq_id = seq->seq_id;
   ++num_queued_;
@@ -382,6 +442,10 @@ void Scheduler::Impl::Finish(Sequence& seq, FinishReason reason, absl::Status st
   Usage usage{.prompt_tokens = seq.num_prompt,
               .completion_tokens = seq.num_generated,
               .cached_prompt_tokens = seq.cached_prompt_tokens};
+  if (seq.response_key.has_value() && status.ok() &&
+      (reason == FinishReason::kStop || reason == FinishReason::kLength)) {
+    StoreResponse(seq, reason);
+  }
   seq.stream->Finish(reason, std::move(status), usage);
   ++num_finished_;
   finished_any_ = true;
@@ -411,7 +475,10 @@ int64_t Scheduler::Impl::Step() {
   auto has_room = [](const SequenceState& s) {
     return static_cast<const Sequence&>(s).stream->HasRoom();
   };
-  const StageContext ctx{.options = options_, .blocks = *block_manager_, .has_room = has_room};
+  StageContext ctx{.options = options_, .blocks = *block_manager_, .has_room = has_room};
+  if (kv_tier_.enabled() && options_.preemption_mode == PreemptionMode::kOffload) {
+    ctx.on_preempt = [this](SequenceState& s) { StoreComputedBlocks(Seq(&s)); };
+  }
   PlanStep(ctx, &queues_, &plan_);
   ApplyPlan(start);
   const int64_t step_tokens = RunBatch();
@@ -438,6 +505,7 @@ void Scheduler::Impl::ApplyPlan(absl::Time start) {
   for (PlanFailure& f : plan_.failed) {
     Finish(Seq(f.seq), FinishReason::kError, std::move(f.status));
   }
+  FetchFromKvTier();
   for (const Admission& a : plan_.admissions) {
     Sequence& seq = Seq(a.seq);
     if (seq.admitted_once) continue;
@@ -496,6 +564,7 @@ int64_t Scheduler::Impl::RunBatch() {
         Finish(seq, FinishReason::kError, std::move(marked));
         continue;
       }
+      StoreComputedBlocks(seq);
       if (chunks_[i].want_logits) {
         ProcessLogits(seq, logits_.data() + row * vocab_size_, now);
         ++row;
@@ -517,6 +586,8 @@ void Scheduler::Impl::ProcessLogits(Sequence& seq, const float* logits, absl::Ti
   seq.tokens.push_back(token);
   ++seq.num_generated;
   seq.stream->PushToken(token, params.logprobs >= 0 ? &sampled : nullptr);
+  if (seq.response_key.has_value() && params.logprobs >= 0)
+    seq.streamed_logprobs.push_back(sampled);
   if (seq.num_generated == 1) {
     seq.first_token = now;
     metrics_.ttft_seconds.Observe(absl::ToDoubleSeconds(now - seq.arrival));
@@ -533,6 +604,156 @@ void Scheduler::Impl::ProcessLogits(Sequence& seq, const float* logits, absl::Ti
              static_cast<int64_t>(seq.tokens.size()) >= max_context_) {
     Finish(seq, FinishReason::kLength, absl::OkStatus());
   }
+}
+
+// Writes fetched bytes into the L1 blocks of the admissions being fetched.
+class Scheduler::Impl::FetchWriter final : public KvBlockWriter {
+ public:
+  FetchWriter(ModelRunner& runner, const std::vector<std::vector<int32_t>>& tables)
+      : runner_(runner), tables_(tables) {}
+  void Write(size_t fetch, size_t block, int64_t offset, std::span<const uint8_t> bytes) override {
+    // The tier checks sizes before writing; a failure here would be a bug in it.
+    const absl::Status s = runner_.WriteKvBlock(tables_[fetch][block], offset, bytes);
+    MOE_DCHECK(s.ok());
+    (void)s;
+  }
+
+ private:
+  ModelRunner& runner_;
+  const std::vector<std::vector<int32_t>>& tables_;
+};
+
+void Scheduler::Impl::FetchFromKvTier() {
+  if (!kv_tier_.enabled() || plan_.admissions.empty()) return;
+  const int64_t bs = block_manager_->block_size();
+  fetches_.clear();
+  fetch_admissions_.clear();
+  size_t n = 0;
+  for (Admission& a : plan_.admissions) {
+    Sequence& seq = Seq(a.seq);
+    const int64_t have = a.num_cached_tokens / bs;
+    seq.num_blocks_stored = std::max(seq.num_blocks_stored, have);
+    if (seq.finished) continue;
+    // Recompute means recompute: only first admissions (and offloaded sequences) fetch.
+    if (seq.admitted_once && options_.preemption_mode != PreemptionMode::kOffload) continue;
+    // Eligible as for L1: full blocks within the first len - 1 tokens (the last is computed).
+    const int64_t eligible = (seq.num_tokens() - 1) / bs;
+    if (eligible <= have) continue;
+    if (fetch_chains_.size() <= n) {
+      fetch_chains_.resize(n + 1);
+      fetch_tables_.resize(n + 1);
+    }
+    fetch_chains_[n] = block_manager_->ChainHashes(
+        absl::MakeConstSpan(seq.tokens.data(), static_cast<size_t>(eligible * bs)), seq.cache_salt);
+    absl::StatusOr<absl::Span<const int32_t>> table = block_manager_->BlockTable(seq.seq_id);
+    MOE_DCHECK(table.ok());
+    fetch_tables_[n].assign(table->begin() + have, table->begin() + eligible);
+    fetches_.push_back(KvFetch{
+        .shard_key = fetch_chains_[n][0],
+        .hashes =
+            std::span<const kv::BlockHash>(fetch_chains_[n]).subspan(static_cast<size_t>(have))});
+    fetch_admissions_.push_back(&a);
+    ++n;
+  }
+  if (fetches_.empty()) return;
+  FetchWriter writer(runner_, fetch_tables_);
+  const absl::Time t0 = clock_.Now();
+  kv_tier_.Fetch(fetches_, writer);
+  metrics_.kv_fetch_seconds.Observe(absl::ToDoubleSeconds(clock_.Now() - t0));
+  for (size_t i = 0; i < fetches_.size(); ++i) {
+    const KvFetch& f = fetches_[i];
+    const int64_t asked = static_cast<int64_t>(f.hashes.size());
+    metrics_.prefix_cache_queries_total_l2.Increment(static_cast<double>(asked));
+    metrics_.prefix_cache_hits_total_l2.Increment(static_cast<double>(f.num_from_l2));
+    metrics_.prefix_cache_queries_total_l3.Increment(static_cast<double>(asked - f.num_from_l2));
+    metrics_.prefix_cache_hits_total_l3.Increment(
+        static_cast<double>(f.num_fetched - f.num_from_l2));
+    if (f.num_fetched <= 0) continue;
+    Admission& a = *fetch_admissions_[i];
+    Sequence& seq = Seq(a.seq);
+    const int64_t computed = a.num_cached_tokens + f.num_fetched * bs;
+    if (absl::Status s = block_manager_->MarkComputed(seq.seq_id, computed); !s.ok()) {
+      Finish(seq, FinishReason::kError, std::move(s));  // RunBatch drops its chunk
+      continue;
+    }
+    seq.num_computed = computed;
+    a.num_cached_tokens = computed;
+    seq.num_blocks_stored = std::max(seq.num_blocks_stored, computed / bs);
+    // The planned chunk moves past the fetched blocks, within the tokens it was budgeted.
+    if (a.chunk.num_tokens > 0) {
+      const int64_t tokens = std::min(a.chunk.num_tokens, seq.num_tokens() - computed);
+      plan_.num_tokens -= a.chunk.num_tokens - tokens;
+      a.chunk = PlannedChunk{.seq = &seq,
+                             .start_pos = computed,
+                             .num_tokens = tokens,
+                             .want_logits = computed + tokens == seq.num_tokens()};
+    } else {
+      a.chunk.start_pos = computed;
+    }
+  }
+}
+
+void Scheduler::Impl::StoreComputedBlocks(Sequence& seq) {
+  if (!kv_tier_.enabled()) return;
+  const int64_t full = seq.num_computed / block_manager_->block_size();
+  if (full <= seq.num_blocks_stored) return;
+  absl::StatusOr<absl::Span<const kv::BlockHash>> hashes =
+      block_manager_->ComputedBlockHashes(seq.seq_id);
+  absl::StatusOr<absl::Span<const int32_t>> table = block_manager_->BlockTable(seq.seq_id);
+  if (!hashes.ok() || !table.ok() || static_cast<int64_t>(hashes->size()) < full) return;
+  const size_t from = static_cast<size_t>(seq.num_blocks_stored);
+  const absl::Span<const kv::BlockHash> fresh = hashes->subspan(from, full - from);
+  const absl::Span<const int32_t> blocks = *table;
+  const int64_t queued =
+      kv_tier_.Store((*hashes)[0], std::span<const kv::BlockHash>(fresh.data(), fresh.size()),
+                     [&](size_t i, std::span<uint8_t> dst) {
+                       const absl::Status s = runner_.ReadKvBlock(blocks[from + i], dst);
+                       MOE_DCHECK(s.ok());
+                       (void)s;
+                     });
+  // Blocks that did not fit the queue are tried again after the next step.
+  seq.num_blocks_stored += queued;
+}
+
+bool Scheduler::Impl::AnswerFromResponseCache(Sequence& seq, const CachedResponse& cached) {
+  const generation::SamplingParams& params = seq.request.sampling;
+  // A value that does not fit this request (a bug or a collision) is a miss.
+  const bool fits = cached.prompt_tokens == seq.num_prompt && !cached.token_ids.empty() &&
+                    cached.completion_tokens == static_cast<int64_t>(cached.token_ids.size()) &&
+                    (cached.finish_reason == FinishReason::kStop ||
+                     cached.finish_reason == FinishReason::kLength) &&
+                    (params.logprobs < 0 || cached.logprobs.size() == cached.token_ids.size()) &&
+                    std::all_of(cached.token_ids.begin(), cached.token_ids.end(),
+                                [&](int32_t t) { return t >= 0 && t < vocab_size_; });
+  if (!fits) return false;
+  for (size_t i = 0; i < cached.token_ids.size(); ++i) {
+    seq.stream->PushToken(cached.token_ids[i],
+                          params.logprobs >= 0 ? &cached.logprobs[i] : nullptr);
+  }
+  const Usage usage{.prompt_tokens = seq.num_prompt,
+                    .completion_tokens = cached.completion_tokens,
+                    .cached_prompt_tokens = seq.num_prompt,
+                    .from_response_cache = true};
+  seq.stream->Finish(cached.finish_reason, absl::OkStatus(), usage);
+  const double since = absl::ToDoubleSeconds(clock_.Now() - seq.arrival);
+  metrics_.response_cache_hits_total.Increment();
+  metrics_.requests(cached.finish_reason).Increment();
+  metrics_.ttft_seconds.Observe(since);
+  metrics_.e2e_seconds.Observe(since);
+  metrics_.prompt_tokens_total.Increment(static_cast<double>(seq.num_prompt));
+  metrics_.cached_prompt_tokens_total.Increment(static_cast<double>(seq.num_prompt));
+  return true;
+}
+
+void Scheduler::Impl::StoreResponse(const Sequence& seq, FinishReason reason) {
+  if (seq.num_generated == 0) return;  // prefill only: nothing to replay
+  CachedResponse r;
+  r.token_ids.assign(seq.tokens.begin() + seq.num_prompt, seq.tokens.end());
+  r.logprobs = seq.streamed_logprobs;
+  r.finish_reason = reason;
+  r.prompt_tokens = seq.num_prompt;
+  r.completion_tokens = seq.num_generated;
+  kv_tier_.StoreResponse(*seq.response_key, r);
 }
 
 void Scheduler::Impl::PublishStats(int64_t step_tokens, int64_t step_seqs) {

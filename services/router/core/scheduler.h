@@ -17,6 +17,14 @@
 //   3. runs the plan as one engine step, samples a token for every sequence that reached the
 //      end of its tokens, streams it, and finishes requests on a stop token, max_tokens or the
 //      context length.
+// The kv tier below L1 (kv_tier.h, when enabled): an admitted prompt whose further prefix L1
+// missed is fetched from it (bounded by the tier's fetch deadline; what arrives intact is
+// written into the sequence's L1 blocks and not prefilled, counted as cached prompt tokens), and
+// every full block the engine computes is stored there asynchronously. With
+// preemption_mode offload, a preempted sequence's blocks are stored before they are freed and
+// fetched back at its re-admission. Deterministic requests (response_cache_key.h) are answered
+// by Submit from the tier's response cache when it holds them, with no compute, and stored there
+// when they finish with stop or length.
 // A request whose consumer has stream_capacity unread tokens is not decoded until it reads.
 //
 // Output invariance: with a batch-invariant engine, a request's tokens do not depend on what it is
@@ -37,6 +45,7 @@
 #include "common/base/clock.h"
 #include "common/base/ids.h"
 #include "common/kv/block_manager.h"
+#include "services/router/core/kv_tier.h"
 #include "services/router/core/model_runner.h"
 #include "services/router/core/request.h"
 #include "services/router/core/request_stream.h"
@@ -72,16 +81,22 @@ class Scheduler {
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
       ModelRunner& runner, common::Clock& clock, RouterMetrics& metrics);
+  // The same with a kv tier below L1 (borrowed; must outlive the scheduler). Its block size must
+  // be the runner's (kv_block_bytes()) when it is enabled.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      const SchedulerOptions& options, std::unique_ptr<kv::BlockManager> block_manager,
+      ModelRunner& runner, KvTier& kv_tier, common::Clock& clock, RouterMetrics& metrics);
   // Aborts what is left and joins the loop (see Shutdown).
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request. Any thread. Errors: INVALID_ARGUMENT (empty prompt, token id outside the
-  // vocabulary, bad sampling params, priority outside [-1000, 1000], prompt (+1 token when
-  // max_tokens > 0) longer than the model context, prompt needing more KV blocks than the whole
-  // cache), RESOURCE_EXHAUSTED (max_waiting requests already queued), UNAVAILABLE (shutting
-  // down).
+  // Queues a request (a response-cache hit comes back already finished; Submit then waits up
+  // to the tier's deadline for the cache). Any thread. Errors: INVALID_ARGUMENT (empty prompt,
+  // token id outside the vocabulary, bad sampling params, priority outside [-1000, 1000], prompt
+  // (+1 token when max_tokens > 0) longer than the model context, prompt needing more KV blocks
+  // than the whole cache), RESOURCE_EXHAUSTED (max_waiting requests already queued), UNAVAILABLE
+  // (shutting down).
   absl::StatusOr<SubmittedRequest> Submit(GenerateRequest request);
 
   // Ends request `seq_id` with kAbort/CANCELLED at the start of the next step, freeing its KV

@@ -12,8 +12,12 @@ namespace moe::router {
 // What happens to a running sequence when the KV cache cannot give it a block.
 enum class PreemptionMode : uint8_t {
   // Free its blocks and requeue it at the front of the waiting queue; its tokens so far are kept
-  // and re-prefilled (often from the prefix cache) when it is admitted again.
+  // and re-prefilled (often from the L1 prefix cache) when it is admitted again.
   kRecompute,
+  // As kRecompute, but its computed blocks are kept in the kv-store's L2 (stored before they
+  // are freed, when not already) and fetched back when it is admitted again, instead of being
+  // recomputed. Without a kv-store this is kRecompute.
+  kOffload,
 };
 
 struct SchedulerOptions {
@@ -48,8 +52,8 @@ struct SchedulerOptions {
           "most prompt tokens of one sequence per step")
         .Range(1, 1 << 24);
     s.AddEnum("preemption_mode", &SchedulerOptions::preemption_mode,
-              {{"recompute", PreemptionMode::kRecompute}},
-              "what a sequence that loses its KV blocks does");
+              {{"recompute", PreemptionMode::kRecompute}, {"offload", PreemptionMode::kOffload}},
+              "what a preempted sequence does: recompute its KV, or offload it to the kv-store");
     s.Add("stream_capacity", &SchedulerOptions::stream_capacity,
           "tokens buffered per request before it is held back")
         .Range(1, 1 << 20);

@@ -1,6 +1,7 @@
 #include "services/router/testing/fake_model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -120,6 +121,31 @@ absl::Status FakeModelRunner::CopyBlock(int32_t src_block, int32_t dst_block) {
   std::copy_n(slots_.begin() + src_block * bs, bs, slots_.begin() + dst_block * bs);
   ++num_block_copies_;
   return absl::OkStatus();
+}
+
+absl::Status FakeModelRunner::ReadKvBlock(int32_t block_id, std::span<uint8_t> dst) {
+  if (block_id < 0 || block_id >= options_.num_kv_blocks ||
+      static_cast<int64_t>(dst.size()) != kv_block_bytes()) {
+    return absl::InvalidArgumentError("ReadKvBlock: bad block id or size");
+  }
+  std::memcpy(dst.data(), slots_.data() + block_id * options_.kv_block_size, dst.size());
+  return absl::OkStatus();
+}
+
+absl::Status FakeModelRunner::WriteKvBlock(int32_t block_id, int64_t offset,
+                                           std::span<const uint8_t> src) {
+  if (block_id < 0 || block_id >= options_.num_kv_blocks || offset < 0 ||
+      offset + static_cast<int64_t>(src.size()) > kv_block_bytes()) {
+    return absl::InvalidArgumentError("WriteKvBlock: bad block id or range");
+  }
+  std::memcpy(
+      reinterpret_cast<uint8_t*>(slots_.data() + block_id * options_.kv_block_size) + offset,
+      src.data(), src.size());
+  return absl::OkStatus();
+}
+
+void FakeModelRunner::ClearBlockForTesting(int32_t block_id) {
+  std::fill_n(slots_.begin() + block_id * options_.kv_block_size, options_.kv_block_size, 0);
 }
 
 }  // namespace moe::router::testing

@@ -49,6 +49,17 @@ class FakeModelRunner final : public ModelRunner {
   int64_t kv_block_size() const override { return options_.kv_block_size; }
   absl::Status Step(std::span<const StepChunk> chunks, std::vector<float>* logits) override;
   absl::Status CopyBlock(int32_t src_block, int32_t dst_block) override;
+  // A block's "K/V" is its slots' u64 words, moved as [1, 2, block_size, 1, 1] f32 (8 bytes per
+  // slot): the kv tier's fakes then carry exactly what the logits depend on.
+  std::vector<int64_t> kv_block_dims() const override {
+    return {1, 2, options_.kv_block_size, 1, 1};
+  }
+  int64_t kv_block_bytes() const override { return options_.kv_block_size * 8; }
+  absl::Status ReadKvBlock(int32_t block_id, std::span<uint8_t> dst) override;
+  absl::Status WriteKvBlock(int32_t block_id, int64_t offset,
+                            std::span<const uint8_t> src) override;
+  // Zeroes every slot of `block_id` (tests: a block whose KV was lost).
+  void ClearBlockForTesting(int32_t block_id);
 
  private:
   const FakeModelRunnerOptions options_;

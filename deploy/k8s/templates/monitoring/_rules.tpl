@@ -145,6 +145,13 @@ groups:
           summary: {{`"kv-store {{ $labels.instance }} is down"`}}
           description: {{`"kv-store {{ $labels.instance }} ({{ $labels.namespace }}) is not scraped for 2 minutes: its L2/L3 blocks are cache misses (more prefill, higher TTFT), never failed requests."`}}
           runbook_url: {{ printf "%s#moekvstoredown" $rb }}
+      - alert: MoEKvCorruptBlocks
+        expr: sum by (namespace, instance) (increase(moe_kv_corrupt_blocks_total{job="kv-store"}[15m])) > 0
+        labels: {severity: warning}
+        annotations:
+          summary: {{`"kv-store {{ $labels.instance }} dropped corrupt blocks"`}}
+          description: {{`"Blocks or cached responses on kv-store {{ $labels.instance }} ({{ $labels.namespace }}) failed their checksums in the last 15 minutes: each was discarded and recomputed (outputs are unchanged), but its disk or filesystem is damaging data."`}}
+          runbook_url: {{ printf "%s#moekvcorruptblocks" $rb }}
       - alert: MoEL2HitRateLow
         expr: |-
           tier:moe_prefix_cache_hit_ratio:rate5m{tier="l2"} < {{ $a.l2HitRateMin }}

@@ -1,0 +1,325 @@
+// The scheduler over a kv tier below L1 (kv_tier.h), with the fake runner (whose logits depend on
+// the KV it reads, so a wrong fetched block changes the tokens) and the in-memory FakeKvTier:
+// another router's prefix served from the tier, misses when it is down or slow, stores that
+// never block, preemption offload, and the exact response cache.
+#include <memory>
+#include <vector>
+
+#include "common/base/check.h"
+#include "common/metrics/registry.h"
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/router/core/scheduler.h"
+#include "services/router/testing/fake_kv_tier.h"
+#include "services/router/testing/fake_model_runner.h"
+#include "services/router/testing/scheduler_harness.h"
+
+namespace moe::router {
+namespace {
+
+using ::moe::common::testing::FakeClock;
+using ::moe::generation::FinishReason;
+using ::moe::router::testing::Collected;
+using ::moe::router::testing::FakeKvTier;
+using ::moe::router::testing::FakeModelRunner;
+using ::moe::router::testing::FakeModelRunnerOptions;
+using ::moe::router::testing::GreedyRequest;
+using ::moe::router::testing::Poll;
+using ::testing::ElementsAreArray;
+
+constexpr int64_t kVocab = 256;
+constexpr int64_t kBs = 4;
+
+std::vector<int32_t> Tokens(int n, int32_t seed) {
+  std::vector<int32_t> out(n);
+  for (int i = 0; i < n; ++i) out[i] = (seed * 131 + i * 17 + (i * i) % 7) % kVocab;
+  return out;
+}
+
+std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
+  return FakeModelRunner::GreedyReference(kVocab, prompt, max_tokens);
+}
+
+// One router: a scheduler over its own fake runner (its L1), sharing `tier` with others.
+struct Router {
+  Router(KvTier& tier, SchedulerOptions options = {},
+         FakeModelRunnerOptions runner_options = {.num_kv_blocks = 64, .kv_block_size = kBs})
+      : runner(runner_options), metrics(registry, "fake") {
+    auto blocks = testing::MakeBlockManager(runner, /*enable_prefix_caching=*/true);
+    MOE_CHECK_OK(blocks.status());
+    auto created = Scheduler::Create(options, std::move(*blocks), runner, tier, clock, metrics);
+    MOE_CHECK_OK(created.status());
+    scheduler = std::move(*created);
+  }
+  // Runs `requests` to the end, reading every stream after each step.
+  std::vector<Collected> Run(std::vector<GenerateRequest> requests) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (auto& r : requests) {
+      auto s = scheduler->Submit(std::move(r));
+      MOE_CHECK_OK(s.status());
+      streams.push_back(s->stream);
+    }
+    std::vector<Collected> out(streams.size());
+    for (int steps = 0; scheduler->HasWork() && steps < 100000; ++steps) {
+      scheduler->Step();
+      for (size_t i = 0; i < streams.size(); ++i) Poll(*streams[i], &out[i]);
+    }
+    for (size_t i = 0; i < streams.size(); ++i) Poll(*streams[i], &out[i]);
+    return out;
+  }
+  Collected Run(GenerateRequest r) {
+    std::vector<GenerateRequest> v;
+    v.push_back(std::move(r));
+    return Run(std::move(v))[0];
+  }
+  double Metric(const std::string& name, const common::metrics::Labels& labels = {}) {
+    return registry.Value(name, labels).value_or(-1);
+  }
+
+  FakeClock clock;
+  FakeModelRunner runner;
+  common::metrics::Registry registry;
+  RouterMetrics metrics;
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+TEST(SchedulerKvTierTest, RouterBServesThePrefixRouterAComputedWithTheSameTokens) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> prompt = Tokens(38, 1);  // 9 full blocks in the first 37 tokens
+  const Collected first = a.Run(GreedyRequest(prompt, 12));
+  EXPECT_THAT(first.token_ids, ElementsAreArray(Reference(prompt, 12)));
+  EXPECT_EQ(first.usage.cached_prompt_tokens, 0);
+  EXPECT_GE(tier.num_blocks(), 9);  // prompt blocks and the generated ones that filled
+
+  const int64_t computed_before = b.runner.num_computed_tokens();
+  const Collected second = b.Run(GreedyRequest(prompt, 12));
+  EXPECT_THAT(second.token_ids, ElementsAreArray(first.token_ids));
+  EXPECT_EQ(second.usage.cached_prompt_tokens, 9 * kBs);  // counted like an L1 hit
+  // B prefilled only the last 2 prompt tokens, then decoded 11 more.
+  EXPECT_EQ(b.runner.num_computed_tokens() - computed_before, 2 + 11);
+  EXPECT_EQ(b.Metric("moe_prefix_cache_queries_total", {{"tier", "l2"}}), 9);
+  EXPECT_EQ(b.Metric("moe_prefix_cache_hits_total", {{"tier", "l2"}}), 9);
+  EXPECT_EQ(b.Metric("moe_cached_prompt_tokens_total", {{"model", "fake"}}), 9 * kBs);
+  EXPECT_EQ(b.Metric("moe_stage_seconds", {{"stage", "kv_fetch"}}), 1);
+}
+
+TEST(SchedulerKvTierTest, L1HitsFirstThenTheTierForTheRest) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> doc = Tokens(24, 2);
+  std::vector<int32_t> longer = doc;
+  for (int32_t t : Tokens(17, 3)) longer.push_back(t);
+  a.Run(GreedyRequest(longer, 4));  // the tier has all 10 blocks
+  b.Run(GreedyRequest(doc, 4));     // B's L1 now holds doc's 6 blocks (5 fetched, 1 computed)
+  const Collected c = b.Run(GreedyRequest(longer, 6));
+  EXPECT_THAT(c.token_ids, ElementsAreArray(Reference(longer, 6)));
+  EXPECT_EQ(c.usage.cached_prompt_tokens, 10 * kBs);
+  // The second request found 6 blocks in L1: only the other 4 were asked of the tier.
+  EXPECT_EQ(b.Metric("moe_prefix_cache_hits_total", {{"tier", "l1"}}), 6);
+  EXPECT_EQ(b.Metric("moe_prefix_cache_queries_total", {{"tier", "l2"}}), 5 + 4);
+}
+
+TEST(SchedulerKvTierTest, OnEqualsOffForManyOverlappingPrompts) {
+  FakeKvTier tier(kBs * 8);
+  Router on(tier);
+  NoKvTier none;
+  Router off(none);
+  std::vector<GenerateRequest> requests_on, requests_off;
+  const std::vector<int32_t> shared = Tokens(20, 5);
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> p = shared;
+    for (int32_t t : Tokens(3 + i, 10 + i)) p.push_back(t);
+    if (i % 3 == 0) p = Tokens(9 + i, 40 + i);
+    requests_on.push_back(GreedyRequest(p, 9));
+    requests_off.push_back(GreedyRequest(p, 9));
+  }
+  const auto out_on = on.Run(std::move(requests_on));
+  const auto out_off = off.Run(std::move(requests_off));
+  for (size_t i = 0; i < out_on.size(); ++i) {
+    EXPECT_THAT(out_on[i].token_ids, ElementsAreArray(out_off[i].token_ids)) << i;
+  }
+}
+
+TEST(SchedulerKvTierTest, ADownTierMeansMissesNeverFailures) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> prompt = Tokens(30, 6);
+  a.Run(GreedyRequest(prompt, 5));
+  tier.set_available(false);
+  const Collected c = b.Run(GreedyRequest(prompt, 5));
+  EXPECT_EQ(c.finish_reason, FinishReason::kLength);
+  EXPECT_THAT(c.token_ids, ElementsAreArray(Reference(prompt, 5)));
+  EXPECT_EQ(c.usage.cached_prompt_tokens, 0);
+  EXPECT_GT(tier.num_dropped(), 0);  // B's own stores went nowhere
+  tier.set_available(true);          // back: hits resume
+  Router d(tier);
+  EXPECT_EQ(d.Run(GreedyRequest(prompt, 5)).usage.cached_prompt_tokens, 7 * kBs);
+}
+
+TEST(SchedulerKvTierTest, AFetchCutShortByItsDeadlineServesWhatArrived) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> prompt = Tokens(41, 7);
+  a.Run(GreedyRequest(prompt, 6));
+  tier.set_max_fetch_blocks(3);
+  const Collected c = b.Run(GreedyRequest(prompt, 6));
+  EXPECT_THAT(c.token_ids, ElementsAreArray(Reference(prompt, 6)));
+  EXPECT_EQ(c.usage.cached_prompt_tokens, 3 * kBs);
+}
+
+TEST(SchedulerKvTierTest, ABlockThatFailsVerificationIsRecomputed) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> prompt = Tokens(33, 8);
+  a.Run(GreedyRequest(prompt, 6));
+  std::vector<kv::BlockHash> chain = b.scheduler->block_manager().ChainHashes(prompt);
+  tier.Corrupt(chain[4]);  // its bytes arrive (written into B's L1 page) but are not counted
+  const Collected c = b.Run(GreedyRequest(prompt, 6));
+  EXPECT_THAT(c.token_ids, ElementsAreArray(Reference(prompt, 6)));
+  EXPECT_EQ(c.usage.cached_prompt_tokens, 4 * kBs);
+}
+
+TEST(SchedulerKvTierTest, L3HitsAreCountedAsL3) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> prompt = Tokens(21, 9);
+  a.Run(GreedyRequest(prompt, 2));
+  const std::vector<kv::BlockHash> chain = a.scheduler->block_manager().ChainHashes(prompt);
+  for (int i = 2; i < 5; ++i) tier.MoveToL3(chain[i]);
+  EXPECT_EQ(b.Run(GreedyRequest(prompt, 2)).usage.cached_prompt_tokens, 5 * kBs);
+  EXPECT_EQ(b.Metric("moe_prefix_cache_hits_total", {{"tier", "l2"}}), 2);
+  EXPECT_EQ(b.Metric("moe_prefix_cache_queries_total", {{"tier", "l3"}}), 3);
+  EXPECT_EQ(b.Metric("moe_prefix_cache_hits_total", {{"tier", "l3"}}), 3);
+}
+
+TEST(SchedulerKvTierTest, AFullStoreQueueDropsAndNeverBlocks) {
+  FakeKvTier tier(kBs * 8);
+  tier.set_store_capacity(0);
+  Router a(tier);
+  const std::vector<int32_t> prompt = Tokens(30, 10);
+  const Collected c = a.Run(GreedyRequest(prompt, 8));
+  EXPECT_THAT(c.token_ids, ElementsAreArray(Reference(prompt, 8)));
+  EXPECT_EQ(tier.num_blocks(), 0);
+  EXPECT_GT(tier.num_dropped(), 0);
+  // Two blocks per step fit: the blocks not stored yet go on the next steps.
+  tier.set_store_capacity(2);
+  Router b(tier);
+  b.Run(GreedyRequest(prompt, 8));
+  for (const kv::BlockHash& h : b.scheduler->block_manager().ChainHashes(prompt)) {
+    EXPECT_TRUE(tier.Contains(h));
+  }
+}
+
+TEST(SchedulerKvTierTest, OffloadedPreemptedSequencesComeBackFromTheTier) {
+  // 12 blocks of 4 slots: four requests of 10 + 20 tokens preempt each other.
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kOffload}) {
+    FakeKvTier tier(kBs * 8);
+    SchedulerOptions o;
+    o.preemption_mode = mode;
+    Router r(tier, o, FakeModelRunnerOptions{.num_kv_blocks = 12, .kv_block_size = kBs});
+    std::vector<GenerateRequest> requests;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) {
+      prompts.push_back(Tokens(10, 20 + i));
+      requests.push_back(GreedyRequest(prompts.back(), 20));
+    }
+    const auto out = r.Run(std::move(requests));
+    EXPECT_GT(r.scheduler->GetStats().num_preemptions, 0);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_THAT(out[i].token_ids, ElementsAreArray(Reference(prompts[i], 20))) << i;
+    }
+    if (mode == PreemptionMode::kOffload) {
+      EXPECT_GT(tier.num_fetched(), 0);  // re-admissions were served by the tier
+    } else {
+      EXPECT_EQ(tier.num_fetched(), 0);  // recompute means recompute
+    }
+  }
+}
+
+GenerateRequest Seeded(std::vector<int32_t> prompt, int max_tokens, uint64_t seed) {
+  GenerateRequest r = GreedyRequest(std::move(prompt), max_tokens);
+  r.sampling.temperature = 0.8f;
+  r.sampling.seed = seed;
+  return r;
+}
+
+TEST(SchedulerKvTierTest, ResponseCacheAnswersARepeatWithoutComputeAndTheSameChunks) {
+  FakeKvTier tier(kBs * 8);
+  tier.set_response_cache(true);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> prompt = Tokens(14, 11);
+  GenerateRequest r = GreedyRequest(prompt, 7);
+  r.sampling.logprobs = 2;
+  const Collected first = a.Run(r);
+  EXPECT_FALSE(first.usage.from_response_cache);
+  EXPECT_EQ(tier.num_responses(), 1);
+
+  const int64_t steps = b.runner.num_steps();
+  auto submitted = b.scheduler->Submit(r);
+  ASSERT_TRUE(submitted.ok());
+  EXPECT_TRUE(submitted->stream->finished());  // answered by Submit itself
+  Collected second;
+  EXPECT_TRUE(Poll(*submitted->stream, &second));
+  EXPECT_EQ(b.runner.num_steps(), steps);  // no compute
+  EXPECT_THAT(second.token_ids, ElementsAreArray(first.token_ids));
+  EXPECT_EQ(second.finish_reason, first.finish_reason);
+  EXPECT_TRUE(second.usage.from_response_cache);
+  EXPECT_EQ(second.usage.prompt_tokens, 14);
+  EXPECT_EQ(second.usage.completion_tokens, 7);
+  EXPECT_EQ(second.usage.cached_prompt_tokens, 14);
+  EXPECT_EQ(b.Metric("moe_response_cache_hits_total"), 1);
+  EXPECT_EQ(b.Metric("moe_requests_total", {{"model", "fake"}, {"finish_reason", "length"}}), 1);
+}
+
+TEST(SchedulerKvTierTest, ResponseCacheKeysOnEveryParameterAndSkipsUnseededSampling) {
+  FakeKvTier tier(kBs * 8);
+  tier.set_response_cache(true);
+  Router a(tier);
+  const std::vector<int32_t> prompt = Tokens(10, 12);
+  a.Run(GreedyRequest(prompt, 5));
+  EXPECT_TRUE(a.Run(GreedyRequest(prompt, 5)).usage.from_response_cache);
+  EXPECT_FALSE(a.Run(GreedyRequest(prompt, 6)).usage.from_response_cache);  // max_tokens
+  GenerateRequest salted = GreedyRequest(prompt, 5);
+  salted.cache_salt = "tenant";
+  EXPECT_FALSE(a.Run(salted).usage.from_response_cache);
+  // Seeded sampling: cached per seed.
+  const Collected s1 = a.Run(Seeded(prompt, 5, 42));
+  const Collected s2 = a.Run(Seeded(prompt, 5, 42));
+  EXPECT_TRUE(s2.usage.from_response_cache);
+  EXPECT_THAT(s2.token_ids, ElementsAreArray(s1.token_ids));
+  EXPECT_FALSE(a.Run(Seeded(prompt, 5, 43)).usage.from_response_cache);
+  // Unseeded sampling never asks.
+  const int64_t lookups = tier.num_response_lookups();
+  GenerateRequest unseeded = GreedyRequest(prompt, 5);
+  unseeded.sampling.temperature = 0.8f;
+  a.Run(unseeded);
+  a.Run(unseeded);
+  EXPECT_EQ(tier.num_response_lookups(), lookups);
+}
+
+TEST(SchedulerKvTierTest, ResponseCacheIsOffUnlessTheTierEnablesIt) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier);
+  const std::vector<int32_t> prompt = Tokens(10, 13);
+  a.Run(GreedyRequest(prompt, 5));
+  EXPECT_FALSE(a.Run(GreedyRequest(prompt, 5)).usage.from_response_cache);
+  EXPECT_EQ(tier.num_response_lookups(), 0);
+}
+
+TEST(SchedulerKvTierTest, ATierOfAnotherBlockSizeIsRefused) {
+  FakeKvTier tier(kBs * 8 + 1);
+  FakeModelRunner runner(FakeModelRunnerOptions{.kv_block_size = kBs});
+  common::metrics::Registry registry;
+  RouterMetrics metrics(registry, "fake");
+  FakeClock clock;
+  auto blocks = testing::MakeBlockManager(runner, true);
+  ASSERT_TRUE(blocks.ok());
+  EXPECT_THAT(Scheduler::Create({}, std::move(*blocks), runner, tier, clock, metrics),
+              common::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace moe::router
