@@ -43,8 +43,8 @@ struct AutoscalerState {
 };
 
 struct ScaleDecision {
-  int replicas = 0;    // the new desired replicas (== current: no change)
-  int recommended = 0; // this sample's raw recommendation
+  int replicas = 0;     // the new desired replicas (== current: no change)
+  int recommended = 0;  // this sample's raw recommendation
   // "ScaleUp", "ScaleDown", "WithinTolerance", "Cooldown", "NoMetrics", "Stabilizing"
   std::string reason;
 };

@@ -102,8 +102,9 @@ Json CalibrationStatus(const CalibrationSpec& spec, const Json& old, const Calib
   }
   Json routers = Json::array();
   for (const std::string& name : r.routers) {
-    Json e = {{"name", name}, {"drained", r.phase == CalibrationResult::Phase::kSucceeded &&
-                                              r.report.has_value() && !spec.dry_run}};
+    Json e = {{"name", name},
+              {"drained", r.phase == CalibrationResult::Phase::kSucceeded && r.report.has_value() &&
+                              !spec.dry_run}};
     if (r.after.has_value()) e["placementVersion"] = r.after->placement_version;
     routers.push_back(e);
   }

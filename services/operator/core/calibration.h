@@ -33,7 +33,7 @@ struct LoadSnapshot {
   double balancedness = 1.0;       // lowest MoE layer, measured (expected when not measured)
   double mean_balancedness = 1.0;  // mean over MoE layers
   uint64_t window_tokens = 0;
-  bool measured = false;           // worker tokens were reported
+  bool measured = false;  // worker tokens were reported
 };
 LoadSnapshot SnapshotOf(const router::ClusterLoad& load);
 
@@ -44,7 +44,7 @@ struct CalibrationResult {
   std::optional<LoadSnapshot> before;
   std::optional<LoadSnapshot> after;  // version and expected balancedness of the new placement
   std::optional<router::RecalibrationReport> report;
-  std::vector<std::string> routers;   // router ids that switched (or would)
+  std::vector<std::string> routers;  // router ids that switched (or would)
 };
 // The status after a run that started at `start` and ended at `end` (`old`: the status before).
 Json CalibrationStatus(const CalibrationSpec& spec, const Json& old, const CalibrationResult& r,

@@ -34,7 +34,8 @@ absl::StatusOr<int64_t> Bytes(const Json& j, const char* key, const char* fallba
   if (it != j.end() && it->is_number_integer()) return it->get<int64_t>();
   const std::string text = it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
   auto q = ParseQuantity(text);
-  if (!q.ok()) return absl::InvalidArgumentError(absl::StrCat(where, key, ": ", q.status().message()));
+  if (!q.ok())
+    return absl::InvalidArgumentError(absl::StrCat(where, key, ": ", q.status().message()));
   return *q;
 }
 
@@ -55,8 +56,8 @@ Json Hpa(const std::optional<Bounds>& b, bool enabled) {
 Json MergeValues(Json under, const Json& over) {
   if (!under.is_object() || !over.is_object()) return over;
   for (auto it = over.begin(); it != over.end(); ++it) {
-    under[it.key()] = under.contains(it.key()) ? MergeValues(under[it.key()], it.value())
-                                               : it.value();
+    under[it.key()] =
+        under.contains(it.key()) ? MergeValues(under[it.key()], it.value()) : it.value();
   }
   return under;
 }
@@ -107,31 +108,30 @@ absl::StatusOr<Json> ChartValues(const ClusterSpec& c, const std::vector<PoolSpe
 
   const Json& g = Obj(s, "gateway");
   v["ports"] = {{"gatewayHttp", Get<int>(g, "port", 8000)}};
-  Json gateway = {
-      {"replicas", Get<int>(g, "replicas", 1)},
-      {"config",
-       {{"limits",
-         {{"max_in_flight", Get<int>(g, "maxInFlight", 1024)},
-          {"rate_limit_rps", Get<double>(g, "rateLimitRps", 0)}}}}},
-      {"autoscaling", Hpa(c.autoscaling.gateway, autoscale)}};
+  Json gateway = {{"replicas", Get<int>(g, "replicas", 1)},
+                  {"config",
+                   {{"limits",
+                     {{"max_in_flight", Get<int>(g, "maxInFlight", 1024)},
+                      {"rate_limit_rps", Get<double>(g, "rateLimitRps", 0)}}}}},
+                  {"autoscaling", Hpa(c.autoscaling.gateway, autoscale)}};
   if (g.contains("resources")) gateway["resources"] = g["resources"];
-  if (!Get<std::string>(g, "apiKeysSecret", "").empty()) gateway["apiKeysSecret"] = g["apiKeysSecret"];
+  if (!Get<std::string>(g, "apiKeysSecret", "").empty())
+    gateway["apiKeysSecret"] = g["apiKeysSecret"];
   v["gateway"] = gateway;
 
   const Json& r = Obj(s, "routers");
   ASSIGN_OR_RETURN(int64_t kv_bytes, Bytes(r, "kvCacheBytes", "256Mi", "spec.routers."));
-  Json routers = {
-      {"replicas", c.routers},
-      {"gpus", Get<int>(r, "gpus", 0)},
-      {"sidecarExperts", c.sidecar_experts},
-      {"config",
-       {{"core",
-         {{"num_threads", Get<int>(r, "numThreads", 2)},
-          {"kv_cache_bytes", kv_bytes},
-          {"scheduler",
-           {{"max_num_seqs", Get<int>(r, "maxNumSeqs", 256)},
-            {"max_waiting", Get<int>(r, "maxWaiting", 1024)}}}}}}},
-      {"autoscaling", Hpa(c.autoscaling.routers, autoscale)}};
+  Json routers = {{"replicas", c.routers},
+                  {"gpus", Get<int>(r, "gpus", 0)},
+                  {"sidecarExperts", c.sidecar_experts},
+                  {"config",
+                   {{"core",
+                     {{"num_threads", Get<int>(r, "numThreads", 2)},
+                      {"kv_cache_bytes", kv_bytes},
+                      {"scheduler",
+                       {{"max_num_seqs", Get<int>(r, "maxNumSeqs", 256)},
+                        {"max_waiting", Get<int>(r, "maxWaiting", 1024)}}}}}}},
+                  {"autoscaling", Hpa(c.autoscaling.routers, autoscale)}};
   if (r.contains("resources")) routers["resources"] = r["resources"];
   if (routers["autoscaling"]["enabled"].get<bool>()) {
     routers["autoscaling"]["targetQueueDepth"] = Get<int>(targets, "queueDepth", 16);
@@ -162,7 +162,8 @@ absl::StatusOr<Json> ChartValues(const ClusterSpec& c, const std::vector<PoolSpe
   const Json& placement = Obj(s, "placement");
   Json pl = {{"policy", c.placement_policy == "Static" ? "static" : "pools"},
              {"utilisationThreshold", Get<double>(placement, "utilisationThreshold", 0.85)}};
-  if (c.placement_policy == "Static") pl["table"] = Obj(s, "placement").value("table", Json::array());
+  if (c.placement_policy == "Static")
+    pl["table"] = Obj(s, "placement").value("table", Json::array());
   v["placement"] = pl;
 
   const Json& kv = Obj(s, "kvStore");

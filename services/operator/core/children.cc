@@ -44,8 +44,8 @@ ObjectKey KeyOf(const Json& o) {
 }
 
 Json OwnerReference(const ClusterSpec& owner) {
-  return {{"apiVersion", kApiVersion}, {"kind", "MoECluster"},      {"name", owner.name},
-          {"uid", owner.uid},          {"controller", true},        {"blockOwnerDeletion", true}};
+  return {{"apiVersion", kApiVersion}, {"kind", "MoECluster"}, {"name", owner.name},
+          {"uid", owner.uid},          {"controller", true},   {"blockOwnerDeletion", true}};
 }
 
 bool IsControlledBy(const Json& o, const std::string& uid) {

@@ -32,7 +32,8 @@ const Json& Obj(const Json& j, const char* key) {
 absl::StatusOr<absl::Duration> DurationField(const Json& j, const char* key, const char* fallback,
                                              const std::string& where) {
   auto d = ParseDuration(Get<std::string>(j, key, fallback));
-  if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(where, key, ": ", d.status().message()));
+  if (!d.ok())
+    return absl::InvalidArgumentError(absl::StrCat(where, key, ": ", d.status().message()));
   return *d;
 }
 
@@ -56,8 +57,8 @@ absl::Status FillPool(const Json& p, PoolSpec& out, const std::string& where) {
   out.max_queued_calls = Get<int>(p, "maxQueuedCalls", 64);
   out.resources = Obj(p, "resources");
   out.node_selector = Obj(p, "nodeSelector");
-  out.tolerations = p.contains("tolerations") && p["tolerations"].is_array() ? p["tolerations"]
-                                                                              : Json::array();
+  out.tolerations =
+      p.contains("tolerations") && p["tolerations"].is_array() ? p["tolerations"] : Json::array();
   return absl::OkStatus();
 }
 
@@ -163,7 +164,8 @@ absl::StatusOr<CalibrationSpec> ParseCalibration(const Json& o) {
   c.ns = Get<std::string>(meta, "namespace", "default");
   c.uid = Get<std::string>(meta, "uid", "");
   c.generation = Get<int64_t>(meta, "generation", 0);
-  if (auto t = ParseRfc3339(Get<std::string>(meta, "creationTimestamp", "")); t.ok()) c.created = *t;
+  if (auto t = ParseRfc3339(Get<std::string>(meta, "creationTimestamp", "")); t.ok())
+    c.created = *t;
   const Json& s = Obj(o, "spec");
   c.cluster = Get<std::string>(s, "cluster", "");
   if (c.cluster.empty()) return absl::InvalidArgumentError("spec.cluster is required");

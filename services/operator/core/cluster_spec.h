@@ -75,7 +75,7 @@ struct ClusterSpec {
   std::string model_name;
   int routers = 1;
   bool sidecar_experts = false;
-  std::vector<PoolSpec> pools;  // spec.expertPools, in order
+  std::vector<PoolSpec> pools;                  // spec.expertPools, in order
   std::string placement_policy = "RoundRobin";  // RoundRobin | Static | EPLB
   int slots_per_worker = 0;
   AutoscalingPolicy autoscaling;

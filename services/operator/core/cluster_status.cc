@@ -34,9 +34,11 @@ Json ClusterStatus(const ClusterSpec& c, const Json& old, const ClusterObservati
                    absl::Time now) {
   Json s = old.is_object() ? old : Json::object();
   s["observedGeneration"] = c.generation;
-  const std::pair<const char*, const RoleObservation*> roles[] = {
-      {"gateway", &o.gateway}, {"routers", &o.routers}, {"kvStore", &o.kv_store},
-      {"asr", &o.asr},         {"tts", &o.tts}};
+  const std::pair<const char*, const RoleObservation*> roles[] = {{"gateway", &o.gateway},
+                                                                  {"routers", &o.routers},
+                                                                  {"kvStore", &o.kv_store},
+                                                                  {"asr", &o.asr},
+                                                                  {"tts", &o.tts}};
   std::vector<std::string> not_ready, rolling;
   for (const auto& [name, r] : roles) {
     if (!r->wanted) {
@@ -58,9 +60,9 @@ Json ClusterStatus(const ClusterSpec& c, const Json& old, const ClusterObservati
       pools_moving.push_back(absl::StrCat(p.spec.name, ": ", it->second.message));
     }
     for (const WorkerObservation& w : p.workers) {
-      const bool placed = std::any_of(
-          o.placement.workers.begin(), o.placement.workers.end(),
-          [&](const router::PlacementWorker& pw) { return pw.worker_id == w.id; });
+      const bool placed =
+          std::any_of(o.placement.workers.begin(), o.placement.workers.end(),
+                      [&](const router::PlacementWorker& pw) { return pw.worker_id == w.id; });
       if (placed && !w.ready) pools_degraded.push_back(w.pod);
     }
   }
@@ -117,9 +119,9 @@ Json ClusterStatus(const ClusterSpec& c, const Json& old, const ClusterObservati
   return s;
 }
 
-Json PoolStatus(const PoolObservation& p, const PoolPlan& plan, const Json& old,
-                int64_t generation, const std::string& selector,
-                std::optional<double> utilisation, int resident_experts, absl::Time now) {
+Json PoolStatus(const PoolObservation& p, const PoolPlan& plan, const Json& old, int64_t generation,
+                const std::string& selector, std::optional<double> utilisation,
+                int resident_experts, absl::Time now) {
   Json s = old.is_object() ? old : Json::object();
   s["observedGeneration"] = generation;
   s["replicas"] = std::max(0, plan.statefulset_replicas);

@@ -29,9 +29,9 @@ struct ClusterObservation {
   PlacementObservation placement;
   std::optional<double> balancedness;  // min over MoE layers, measured, last window
   std::optional<absl::Time> last_recalibration;
-  std::string endpoint;                // the gateway's in-cluster URL
-  std::string error;                   // render/apply failure this reconcile ("" = none)
-  std::string recalibration_error;     // the last recalibration's failure ("" = none)
+  std::string endpoint;             // the gateway's in-cluster URL
+  std::string error;                // render/apply failure this reconcile ("" = none)
+  std::string recalibration_error;  // the last recalibration's failure ("" = none)
   bool recalibrating = false;
 };
 
@@ -41,7 +41,7 @@ Json ClusterStatus(const ClusterSpec& cluster, const Json& old, const ClusterObs
 
 // One pool's status. `generation`: the ExpertPool's metadata.generation.
 Json PoolStatus(const PoolObservation& pool, const PoolPlan& plan, const Json& old,
-                int64_t generation, const std::string& selector,
-                std::optional<double> utilisation, int resident_experts, absl::Time now);
+                int64_t generation, const std::string& selector, std::optional<double> utilisation,
+                int resident_experts, absl::Time now);
 
 }  // namespace moe::op

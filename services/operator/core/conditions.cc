@@ -29,11 +29,11 @@ bool SetCondition(nlohmann::json& conditions, const std::string& type, bool stat
     return changed;
   }
   conditions.push_back(nlohmann::json{{"type", type},
-                        {"status", s},
-                        {"reason", reason},
-                        {"message", message},
-                        {"lastTransitionTime", Rfc3339(now)},
-                        {"observedGeneration", generation}});
+                                      {"status", s},
+                                      {"reason", reason},
+                                      {"message", message},
+                                      {"lastTransitionTime", Rfc3339(now)},
+                                      {"observedGeneration", generation}});
   return true;
 }
 

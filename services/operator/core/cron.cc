@@ -51,8 +51,7 @@ absl::StatusOr<CronSchedule> CronSchedule::Parse(const std::string& text) {
   bool r = false;
   std::bitset<8> weekdays;
   const char* names[] = {"minute", "hour", "day of month", "month", "day of week"};
-  const bool ok[] = {ParseField(f[0], 0, 59, c.minutes_, &r),
-                     ParseField(f[1], 0, 23, c.hours_, &r),
+  const bool ok[] = {ParseField(f[0], 0, 59, c.minutes_, &r), ParseField(f[1], 0, 23, c.hours_, &r),
                      ParseField(f[2], 1, 31, c.days_, &c.days_restricted_),
                      ParseField(f[3], 1, 12, c.months_, &r),
                      ParseField(f[4], 0, 7, weekdays, &c.weekdays_restricted_)};
@@ -74,9 +73,10 @@ absl::Time CronSchedule::Next(absl::Time t) const {
   while (m < end) {
     const absl::CivilDay day(m);
     const bool dom = days_[static_cast<size_t>(day.day())];
-    const bool dow = weekdays_[static_cast<size_t>(static_cast<int>(absl::GetWeekday(day)) == 6
-                                                       ? 0
-                                                       : static_cast<int>(absl::GetWeekday(day)) + 1)];
+    const bool dow =
+        weekdays_[static_cast<size_t>(static_cast<int>(absl::GetWeekday(day)) == 6
+                                          ? 0
+                                          : static_cast<int>(absl::GetWeekday(day)) + 1)];
     bool day_ok;
     if (days_restricted_ && weekdays_restricted_) {
       day_ok = dom || dow;

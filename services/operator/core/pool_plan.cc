@@ -92,8 +92,8 @@ ClusterPlan PlanPools(const std::vector<PoolObservation>& pools,
       pp.message = absl::StrCat(wanted_ready, " of ", desired, " wanted workers ready");
     } else if (placement_changes) {
       pp.phase = PoolPhase::kPlacing;
-      pp.message = absl::StrCat("placing onto ", desired, " workers (", placed_leaving,
-                                " leaving)");
+      pp.message =
+          absl::StrCat("placing onto ", desired, " workers (", placed_leaving, " leaving)");
     } else if (pp.statefulset_replicas > desired) {
       pp.phase = PoolPhase::kScalingDown;
       pp.statefulset_replicas = desired;

@@ -38,8 +38,8 @@ struct WorkerObservation {
 };
 
 struct PoolObservation {
-  PoolSpec spec;            // spec.replicas = the desired workers
-  int statefulset_replicas = -1;  // -1: no StatefulSet yet
+  PoolSpec spec;                    // spec.replicas = the desired workers
+  int statefulset_replicas = -1;    // -1: no StatefulSet yet
   bool statefulset_current = true;  // status.observedGeneration >= metadata.generation
   // Ordinals 0 .. max(desired, statefulset_replicas) - 1, in order.
   std::vector<WorkerObservation> workers;
@@ -47,13 +47,13 @@ struct PoolObservation {
 
 // The routers' placement, from GetStats on every router.
 struct PlacementObservation {
-  bool known = false;   // every router answered
-  bool agreed = false;  // all on one version and table
+  bool known = false;                            // every router answered
+  bool agreed = false;                           // all on one version and table
   uint64_t version = 0;                          // the newest
   std::vector<router::PlacementWorker> workers;  // of the newest table
   // worker id -> the (layer * num_experts + expert) pairs the newest table places on it
   std::map<int32_t, std::set<int64_t>> resident;
-  std::string error;                             // why not known
+  std::string error;  // why not known
 };
 
 enum class PoolPhase {

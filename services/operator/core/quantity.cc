@@ -9,7 +9,9 @@
 namespace moe::op {
 
 absl::StatusOr<int64_t> ParseQuantity(std::string_view text) {
-  auto bad = [&] { return absl::InvalidArgumentError(absl::StrCat("bad quantity \"", std::string(text), "\"")); };
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat("bad quantity \"", std::string(text), "\""));
+  };
   if (text.empty()) return bad();
   const std::string s(text);
   char* end = nullptr;
@@ -20,11 +22,20 @@ absl::StatusOr<int64_t> ParseQuantity(std::string_view text) {
     const char* name;
     double factor;
   };
-  static constexpr Suffix kSuffixes[] = {
-      {"", 1},      {"m", 1e-3},  {"k", 1e3},          {"M", 1e6},          {"G", 1e9},
-      {"T", 1e12},  {"P", 1e15},  {"E", 1e18},         {"Ki", 1024.0},      {"Mi", 1048576.0},
-      {"Gi", 1073741824.0},       {"Ti", 1099511627776.0}, {"Pi", 1125899906842624.0},
-      {"Ei", 1152921504606846976.0}};
+  static constexpr Suffix kSuffixes[] = {{"", 1},
+                                         {"m", 1e-3},
+                                         {"k", 1e3},
+                                         {"M", 1e6},
+                                         {"G", 1e9},
+                                         {"T", 1e12},
+                                         {"P", 1e15},
+                                         {"E", 1e18},
+                                         {"Ki", 1024.0},
+                                         {"Mi", 1048576.0},
+                                         {"Gi", 1073741824.0},
+                                         {"Ti", 1099511627776.0},
+                                         {"Pi", 1125899906842624.0},
+                                         {"Ei", 1152921504606846976.0}};
   for (const Suffix& x : kSuffixes) {
     if (suffix != x.name) continue;
     const double v = std::ceil(number * x.factor);

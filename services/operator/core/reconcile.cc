@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 
@@ -38,8 +37,7 @@ std::vector<PoolObservation> ObservePools(const ClusterSpec& c, const std::vecto
     po.spec = pools[i];
     const std::string sts_name = PoolStatefulSet(c.name, pools[i].name);
     for (const Json& o : owned) {
-      if (o.value("kind", "") != "StatefulSet" ||
-          o["metadata"].value("name", "") != sts_name) {
+      if (o.value("kind", "") != "StatefulSet" || o["metadata"].value("name", "") != sts_name) {
         continue;
       }
       po.statefulset_replicas = o.value("spec", Json::object()).value("replicas", 1);
@@ -110,21 +108,15 @@ absl::StatusOr<ReconcileOutput> Reconcile(const ReconcileInput& in) {
       out.apply.push_back(d);
     }
   }
-  // Orphans: owned objects no longer desired. A removed pool's StatefulSet goes only once the
-  // placement no longer names its workers (the plan is steady: everything moved away).
+  // Orphans: owned objects no longer desired.
   std::vector<Json> owned_all = in.owned;
   for (const auto& [name, o] : in.expert_pools) {
     if (IsControlledBy(o, c.uid)) owned_all.push_back(o);
   }
   for (const ObjectKey& k : Orphans(owned_all, out.desired)) {
-    if (k.kind == "StatefulSet" && !out.plan.steady()) continue;
-    if (k.kind == "StatefulSet" && in.placement.known) {
-      bool in_use = false;
-      for (const auto& w : in.placement.workers) {
-        in_use = in_use || absl::StrContains(w.address, k.name + "-");
-      }
-      if (in_use) continue;
-    }
+    // A removed pool (its ExpertPool and StatefulSet) goes only once the plan is steady: the
+    // placement no longer names its workers, the routers drained them.
+    if ((k.kind == "StatefulSet" || k.kind == "ExpertPool") && !out.plan.steady()) continue;
     out.remove.push_back(k);
   }
 
@@ -133,11 +125,16 @@ absl::StatusOr<ReconcileOutput> Reconcile(const ReconcileInput& in) {
   const std::string gw = GatewayDeployment(c.name), rt = RouterStatefulSet(c.name);
   const std::string kv = Fullname(c.name) + "-kv-store";
   const std::string asr = Fullname(c.name) + "-asr", tts = Fullname(c.name) + "-tts";
-  obs.gateway = RoleOf(FindOwned(in.owned, "Deployment", gw), Rendered(in.rendered, "Deployment", gw));
-  obs.routers = RoleOf(FindOwned(in.owned, "StatefulSet", rt), Rendered(in.rendered, "StatefulSet", rt));
-  obs.kv_store = RoleOf(FindOwned(in.owned, "StatefulSet", kv), Rendered(in.rendered, "StatefulSet", kv));
-  obs.asr = RoleOf(FindOwned(in.owned, "Deployment", asr), Rendered(in.rendered, "Deployment", asr));
-  obs.tts = RoleOf(FindOwned(in.owned, "Deployment", tts), Rendered(in.rendered, "Deployment", tts));
+  obs.gateway =
+      RoleOf(FindOwned(in.owned, "Deployment", gw), Rendered(in.rendered, "Deployment", gw));
+  obs.routers =
+      RoleOf(FindOwned(in.owned, "StatefulSet", rt), Rendered(in.rendered, "StatefulSet", rt));
+  obs.kv_store =
+      RoleOf(FindOwned(in.owned, "StatefulSet", kv), Rendered(in.rendered, "StatefulSet", kv));
+  obs.asr =
+      RoleOf(FindOwned(in.owned, "Deployment", asr), Rendered(in.rendered, "Deployment", asr));
+  obs.tts =
+      RoleOf(FindOwned(in.owned, "Deployment", tts), Rendered(in.rendered, "Deployment", tts));
   obs.pools = out.pools;
   obs.plan = out.plan;
   obs.placement = in.placement;
@@ -154,8 +151,8 @@ absl::StatusOr<ReconcileOutput> Reconcile(const ReconcileInput& in) {
     const PoolObservation& p = out.pools[i];
     const PoolPlan& pp = out.plan.pools[p.spec.name];
     auto it = in.expert_pools.find(p.spec.object_name);
-    const Json old = it == in.expert_pools.end() ? Json::object()
-                                                 : it->second.value("status", Json::object());
+    const Json old =
+        it == in.expert_pools.end() ? Json::object() : it->second.value("status", Json::object());
     const int64_t generation =
         it == in.expert_pools.end()
             ? 0
@@ -177,10 +174,10 @@ absl::StatusOr<ReconcileOutput> Reconcile(const ReconcileInput& in) {
     std::optional<double> util;
     if (n > 0) util = sum / n;
     const std::string selector =
-        absl::StrCat("app.kubernetes.io/component=expert-worker,", kClusterLabel, "=", c.name,
-                     ",", kPoolLabel, "=", p.spec.name);
-    out.pool_status[p.spec.object_name] =
-        PoolStatus(p, pp, old, generation, selector, util, static_cast<int>(resident.size()), in.now);
+        absl::StrCat("app.kubernetes.io/component=expert-worker,", kClusterLabel, "=", c.name, ",",
+                     kPoolLabel, "=", p.spec.name);
+    out.pool_status[p.spec.object_name] = PoolStatus(p, pp, old, generation, selector, util,
+                                                     static_cast<int>(resident.size()), in.now);
   }
   return out;
 }
