@@ -39,12 +39,12 @@ absl::StatusOr<std::vector<nlohmann::json>> HelmRenderer::Render(const std::stri
     if (!f) return absl::UnavailableError("cannot write " + values_path);
   }
   common::process::SpawnOptions spawn;
-  spawn.argv = {options_.helm, "template",  release,     options_.chart,
-                "--namespace", ns,          "--values",  values_path};
-  spawn.env = std::vector<std::string>{
-      "HELM_CACHE_HOME=" + options_.work_dir + "/helm/cache",
-      "HELM_CONFIG_HOME=" + options_.work_dir + "/helm/config",
-      "HELM_DATA_HOME=" + options_.work_dir + "/helm/data", "HOME=" + options_.work_dir};
+  spawn.argv = {options_.helm, "template", release,    options_.chart,
+                "--namespace", ns,         "--values", values_path};
+  spawn.env = std::vector<std::string>{"HELM_CACHE_HOME=" + options_.work_dir + "/helm/cache",
+                                       "HELM_CONFIG_HOME=" + options_.work_dir + "/helm/config",
+                                       "HELM_DATA_HOME=" + options_.work_dir + "/helm/data",
+                                       "HOME=" + options_.work_dir};
   spawn.stderr_path = stderr_path;
   auto run = common::process::RunToExit(spawn, options_.timeout);
   std::string err = common::ReadFile(stderr_path).value_or("");
@@ -52,7 +52,8 @@ absl::StatusOr<std::vector<nlohmann::json>> HelmRenderer::Render(const std::stri
   std::remove(stderr_path.c_str());
   if (!run.ok()) return absl::UnavailableError(absl::StrCat("helm: ", run.status().message()));
   if (run->exit_code != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("helm template (exit ", run->exit_code, "): ", err));
+    return absl::InvalidArgumentError(
+        absl::StrCat("helm template (exit ", run->exit_code, "): ", err));
   }
   auto objects = ParseYamlDocuments(run->stdout_text);
   if (!objects.ok()) return objects.status();

@@ -33,7 +33,7 @@ struct HelmRendererOptions {
   std::string chart;              // the chart's directory (deploy/k8s)
   std::string work_dir = "/tmp";  // values files and Helm's cache/config/data homes
   absl::Duration timeout = absl::Seconds(60);
-  int cache_entries = 16;         // renders kept by (release, namespace, values)
+  int cache_entries = 16;  // renders kept by (release, namespace, values)
 };
 
 class HelmRenderer final : public ChartRenderer {

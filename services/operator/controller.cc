@@ -87,7 +87,7 @@ struct Controller::Metrics {
 // What the operator remembers about a cluster between reconciles. Only the worker holding the
 // cluster's key touches it.
 struct Controller::ClusterState {
-  std::map<ObjectKey, uint64_t> applied;  // hashes of what was applied
+  std::map<ObjectKey, uint64_t> applied;               // hashes of what was applied
   std::map<std::string, AutoscalerState> autoscalers;  // by pool
   std::map<std::string, int> desired;                  // the autoscaler's replicas, by pool
   absl::Time next_pool_check = absl::InfinitePast();
@@ -102,9 +102,8 @@ struct Controller::ClusterState {
   std::string last_error;  // the last reconcile's, for events once per change
 };
 
-Controller::Controller(ControllerOptions options, kube::KubeClient& client,
-                       ChartRenderer& renderer, MetricsSource& metrics,
-                       TransportFactory& transports, common::Clock& clock,
+Controller::Controller(ControllerOptions options, kube::KubeClient& client, ChartRenderer& renderer,
+                       MetricsSource& metrics, TransportFactory& transports, common::Clock& clock,
                        common::metrics::Registry& registry)
     : options_(std::move(options)),
       client_(client),
@@ -277,14 +276,16 @@ void Controller::Finalize(const Json& object, ClusterState& state) {
     if (Namespace(o) != ns || !IsControlledBy(o, uid)) continue;
     ++left;
     if (Meta(o).contains("deletionTimestamp")) continue;
-    if (auto s = client_.Delete(r, ns, Name(o)); !s.ok() && s.code() != absl::StatusCode::kNotFound) {
+    if (auto s = client_.Delete(r, ns, Name(o));
+        !s.ok() && s.code() != absl::StatusCode::kNotFound) {
       MOE_LOG_WARN("operator: delete {} {}: {}", r.plural, Name(o), s.ToString());
     }
   }
   state.transport.reset();
   state.coordinator.reset();
   if (left > 0) return;
-  std::vector<std::string> finalizers = Meta(object).value("finalizers", std::vector<std::string>{});
+  std::vector<std::string> finalizers =
+      Meta(object).value("finalizers", std::vector<std::string>{});
   if (std::find(finalizers.begin(), finalizers.end(), kFinalizer) == finalizers.end()) return;
   finalizers.erase(std::remove(finalizers.begin(), finalizers.end(), kFinalizer), finalizers.end());
   Json updated = object;
@@ -455,8 +456,8 @@ absl::Duration Controller::ReconcileLive(const Json& object, ClusterState& state
   bool any_autoscaled = false;
   for (const PoolSpec& p : pools) any_autoscaled = any_autoscaled || p.autoscaling.has_value();
   if (pool_check && any_autoscaled && c.autoscaling.enabled && !c.sidecar_experts) {
-    const std::string q = absl::StrReplaceAll(
-        options_.utilisation_query, {{"$namespace", c.ns}, {"$routers", router_sts}});
+    const std::string q = absl::StrReplaceAll(options_.utilisation_query,
+                                              {{"$namespace", c.ns}, {"$routers", router_sts}});
     auto samples = metrics_source_.Query(q);
     if (!samples.ok()) {
       MOE_LOG_WARN("operator: {}: utilisation: {}", c.name, samples.status().ToString());
@@ -576,14 +577,18 @@ absl::Duration Controller::ReconcileLive(const Json& object, ClusterState& state
     absl::Status s;
     for (int i = 0; i < state.transport->num_routers() && s.ok(); ++i) {
       auto r = state.transport->GetStats(i, options_.stats_window);
-      if (r.ok()) fresh.push_back(*std::move(r));
-      else s = r.status();
+      if (r.ok())
+        fresh.push_back(*std::move(r));
+      else
+        s = r.status();
     }
     int converged = 0;
     if (s.ok()) {
       auto n = router::CompleteInterruptedSwitch(*state.transport, fresh);
-      if (n.ok()) converged = *n;
-      else s = n.status();
+      if (n.ok())
+        converged = *n;
+      else
+        s = n.status();
     }
     absl::StatusOr<router::ClusterLoad> load =
         s.ok() ? router::AggregateLoad(fresh) : absl::StatusOr<router::ClusterLoad>(s);
@@ -603,10 +608,11 @@ absl::Duration Controller::ReconcileLive(const Json& object, ClusterState& state
       std::vector<std::string> ids;
       for (const auto& w : *out->plan.placement_target) ids.push_back(absl::StrCat(w.worker_id));
       Event(object, "Normal", "PlacementChanged",
-            absl::StrCat("placement v", plan->previous_version, " -> v", plan->version, " over ",
-                         ids.size(), " workers [", absl::StrJoin(ids, ","), "]: ",
-                         plan->experts_loaded, " replicas loaded, ", plan->experts_unloaded,
-                         " unloaded", converged > 0 ? absl::StrCat(", ", converged, " routers converged first") : ""));
+            absl::StrCat(
+                "placement v", plan->previous_version, " -> v", plan->version, " over ", ids.size(),
+                " workers [", absl::StrJoin(ids, ","), "]: ", plan->experts_loaded,
+                " replicas loaded, ", plan->experts_unloaded, " unloaded",
+                converged > 0 ? absl::StrCat(", ", converged, " routers converged first") : ""));
     } else {
       state.recalibration_error = absl::StrCat("placement change: ", s.message());
       Event(object, "Warning", "PlacementChangeFailed", state.recalibration_error);
@@ -670,8 +676,10 @@ absl::Duration Controller::ReconcileLive(const Json& object, ClusterState& state
       absl::Status s = transport.status();
       for (int i = 0; s.ok() && i < (*transport)->num_routers(); ++i) {
         auto r = (*transport)->GetStats(i, spec->window);
-        if (r.ok()) before.push_back(*std::move(r));
-        else s = r.status();
+        if (r.ok())
+          before.push_back(*std::move(r));
+        else
+          s = r.status();
       }
       absl::StatusOr<router::ClusterLoad> load =
           s.ok() ? router::AggregateLoad(before) : absl::StatusOr<router::ClusterLoad>(s);
@@ -682,12 +690,12 @@ absl::Duration Controller::ReconcileLive(const Json& object, ClusterState& state
       } else if (spec->only_below_balancedness.has_value() &&
                  result.before->balancedness >= *spec->only_below_balancedness) {
         result.phase = CalibrationResult::Phase::kSkipped;
-        result.message = absl::StrCat("balancedness ", result.before->balancedness, " >= ",
-                                      *spec->only_below_balancedness);
+        result.message = absl::StrCat("balancedness ", result.before->balancedness,
+                                      " >= ", *spec->only_below_balancedness);
       } else {
-        auto report = router::Recalibrate(
-            **transport, {.window = spec->window, .slots_per_worker = spec->slots_per_worker,
-                          .dry_run = spec->dry_run});
+        auto report = router::Recalibrate(**transport, {.window = spec->window,
+                                                        .slots_per_worker = spec->slots_per_worker,
+                                                        .dry_run = spec->dry_run});
         if (!report.ok()) {
           result.phase = CalibrationResult::Phase::kFailed;
           result.message = std::string(report.status().message());
@@ -735,28 +743,29 @@ absl::Duration Controller::ReconcileLive(const Json& object, ClusterState& state
     const RecalibrationPolicy& policy = c.recalibration;
     if (policy.mode == RecalibrationPolicy::Mode::kThreshold) {
       const auto co = CoordinatorOptions(c);
-      const std::string key = absl::StrCat(
-          absl::FormatDuration(co.interval), " ", absl::FormatDuration(co.window), " ",
-          co.threshold, " ", co.sustain, " ", co.min_tokens, " ", absl::FormatDuration(co.cooldown),
-          " ", co.slots_per_worker);
+      const std::string key =
+          absl::StrCat(absl::FormatDuration(co.interval), " ", absl::FormatDuration(co.window), " ",
+                       co.threshold, " ", co.sustain, " ", co.min_tokens, " ",
+                       absl::FormatDuration(co.cooldown), " ", co.slots_per_worker);
       if (state.coordinator == nullptr || state.coordinator_options != key) {
-        state.coordinator = std::make_unique<router::RecalibrationCoordinator>(
-            co, *state.transport, clock_, registry_);
+        state.coordinator = std::make_unique<router::RecalibrationCoordinator>(co, *state.transport,
+                                                                               clock_, registry_);
         state.coordinator_options = key;
       }
       if (auto d = state.coordinator->Tick(); d.has_value()) {
         if (d->action == router::CoordinatorAction::kRecalibrated) {
           record("threshold", absl::OkStatus());
           Event(object, "Normal", "Recalibrated",
-                absl::StrCat("measured balancedness ", d->min_balancedness, " below ",
-                             co.threshold, " for ", co.sustain, " checks: placement v",
+                absl::StrCat("measured balancedness ", d->min_balancedness, " below ", co.threshold,
+                             " for ", co.sustain, " checks: placement v",
                              d->report->previous_version, " -> v", d->report->version));
         } else if (d->action == router::CoordinatorAction::kFailed) {
           record("threshold", d->status);
           Event(object, "Warning", "RecalibrationFailed", d->status.ToString());
         }
       }
-      again = std::min(again, std::max(absl::Milliseconds(10), state.coordinator->next_check() - clock_.Now()));
+      again = std::min(
+          again, std::max(absl::Milliseconds(10), state.coordinator->next_check() - clock_.Now()));
     } else if (policy.mode == RecalibrationPolicy::Mode::kScheduled) {
       auto cron = CronSchedule::Parse(policy.schedule);
       if (cron.ok()) {

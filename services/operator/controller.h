@@ -61,7 +61,7 @@ struct ControllerOptions {
   std::string field_manager = "moe-operator";
   std::string identity = "moe-operator";  // events' reporting instance
   AddressMode address_mode = AddressMode::kDns;
-  absl::Duration resync = absl::Seconds(30);       // every cluster at least this often
+  absl::Duration resync = absl::Seconds(30);        // every cluster at least this often
   absl::Duration pool_interval = absl::Seconds(5);  // placement and autoscaling checks
   absl::Duration stats_window = absl::Seconds(60);  // GetStats window of those checks
   int workers = 2;

@@ -13,8 +13,8 @@ class GrpcTransportFactory final : public TransportFactory {
   absl::StatusOr<std::unique_ptr<router::RecalibrationTransport>> Make(
       const std::vector<std::string>& routers, absl::Duration rpc_timeout) override {
     auto t = std::make_unique<router::GrpcRecalibrationTransport>(
-        routers, router::GrpcRecalibrationTransportOptions{.timeout = rpc_timeout,
-                                                           .channel = channel_});
+        routers,
+        router::GrpcRecalibrationTransportOptions{.timeout = rpc_timeout, .channel = channel_});
     if (absl::Status s = t->Connect(); !s.ok()) return s;
     return std::unique_ptr<router::RecalibrationTransport>(std::move(t));
   }

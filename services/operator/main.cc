@@ -77,7 +77,8 @@ absl::Status Run(int argc, char** argv) {
     auto text = common::ReadFile(o.chart_values);
     if (!text.ok()) return text.status();
     auto docs = op::ParseYamlDocuments(*text);
-    if (!docs.ok()) return absl::InvalidArgumentError("chart_values: " + std::string(docs.status().message()));
+    if (!docs.ok())
+      return absl::InvalidArgumentError("chart_values: " + std::string(docs.status().message()));
     if (!docs->empty()) chart_values = (*docs)[0];
   }
 
@@ -164,4 +165,6 @@ absl::Status Run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return moe::common::rpc::ServiceMain("operator", argc, argv, Run); }
+int main(int argc, char** argv) {
+  return moe::common::rpc::ServiceMain("operator", argc, argv, Run);
+}

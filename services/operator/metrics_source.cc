@@ -40,7 +40,9 @@ absl::StatusOr<std::vector<Sample>> PrometheusClient::Query(const std::string& p
   }
   std::vector<Sample> out;
   const nlohmann::json& data = j["data"];
-  auto value = [](const nlohmann::json& v) { return std::strtod(v[1].get<std::string>().c_str(), nullptr); };
+  auto value = [](const nlohmann::json& v) {
+    return std::strtod(v[1].get<std::string>().c_str(), nullptr);
+  };
   if (data.value("resultType", "") == "scalar") {
     out.push_back({{}, value(data["result"])});
     return out;
