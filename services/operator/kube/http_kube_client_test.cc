@@ -135,6 +135,12 @@ TEST_F(HttpKubeClientTest, StatusSubresourceIsSeparate) {
   EXPECT_EQ(b["status"]["placementVersion"], 3);
   EXPECT_EQ(b["spec"]["model"]["name"], "tiny");
   EXPECT_EQ(b["metadata"]["generation"], 1);  // a status write is not a new generation
+  // One manager's fields of the object and of its status are tracked apart: applying the
+  // status alone keeps what its main apply set.
+  ASSERT_OK(client_->Apply(kClusters, "moe", mc, {.field_manager = "op"}).status());
+  ASSERT_OK_AND_ASSIGN(Json c, client_->Apply(kClusters, "moe", status,
+                                              {.field_manager = "op", .subresource = "status"}));
+  EXPECT_EQ(c["spec"]["model"]["name"], "tiny");
 }
 
 TEST_F(HttpKubeClientTest, WatchStreamsEventsAndBookmarks) {

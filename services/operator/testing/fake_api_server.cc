@@ -425,8 +425,13 @@ struct FakeApiServer::Impl {
   void Apply(const httplib::Request& req, httplib::Response& res, const Target& tg,
              const std::string& key, Json applied) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const ResourceType& t = *tg.type;
-    const std::string manager = req.get_param_value("fieldManager");
-    if (manager.empty()) return Fail(res, 422, "Invalid", "fieldManager is required for apply");
+    // Fields are managed per manager and subresource (as metadata.managedFields' `subresource`):
+    // a manager's status apply does not release the fields its main apply owns.
+    const std::string field_manager = req.get_param_value("fieldManager");
+    if (field_manager.empty())
+      return Fail(res, 422, "Invalid", "fieldManager is required for apply");
+    const std::string manager =
+        field_manager + (tg.subresource.empty() ? "" : "/" + tg.subresource);
     const bool force = req.get_param_value("force") == "true";
     const bool status_write = tg.subresource == "status";
     if (applied.value("metadata", Json::object()).value("name", "") != tg.name) {

@@ -123,25 +123,32 @@ std::string LocalKubelet::Rewrite(const std::string& text, const Pod& pod) {
   }
   out += text.substr(last);
   out = absl::StrReplaceAll(out, {{"0.0.0.0", pod.ip}});
-  for (const auto& [from, to] : pod.mounts) {
-    // "/models/x" -> "<local>/x", as a path prefix only.
-    std::string mapped;
-    size_t pos = 0;
-    while (true) {
-      size_t hit = out.find(from, pos);
-      if (hit == std::string::npos) break;
-      const size_t end = hit + from.size();
-      const bool boundary_before = hit == 0 || !(isalnum(out[hit - 1]) || out[hit - 1] == '_');
-      const bool boundary_after = end == out.size() || out[end] == '/' || out[end] == '"' ||
-                                  out[end] == '\n' || out[end] == ' ' || out[end] == '\'' ||
-                                  out[end] == ',';
-      mapped += out.substr(pos, hit - pos);
-      mapped += boundary_before && boundary_after ? to : from;
-      pos = end;
+  // Mount paths -> local directories, in one pass (a mapped path is never mapped again), as a
+  // path prefix only.
+  std::string mapped;
+  for (size_t i = 0; i < out.size();) {
+    const bool boundary_before =
+        i == 0 || !(isalnum(static_cast<unsigned char>(out[i - 1])) || out[i - 1] == '_' ||
+                    out[i - 1] == '/' || out[i - 1] == '.' || out[i - 1] == '-');
+    bool replaced = false;
+    if (out[i] == '/' && boundary_before) {
+      for (const auto& [from, to] : pod.mounts) {  // longest first
+        if (out.compare(i, from.size(), from) != 0) continue;
+        const size_t end = i + from.size();
+        const char next = end < out.size() ? out[end] : '\0';
+        if (next != '\0' && next != '/' && next != '"' && next != '\n' && next != ' ' &&
+            next != '\'' && next != ',') {
+          continue;
+        }
+        mapped += to;
+        i = end;
+        replaced = true;
+        break;
+      }
     }
-    mapped += out.substr(pos);
-    out = mapped;
+    if (!replaced) mapped += out[i++];
   }
+  out = std::move(mapped);
   return out;
 }
 
