@@ -343,6 +343,7 @@ TEST_F(AutoscalingTest, LoadScalesTheExpertPoolAndRecalibratesWithoutFailuresOrT
     auto r = moe::testing::Generate(*stub, prompts[i], kMaxTokens);
     EXPECT_EQ(r.tokens, baseline[i]) << i;
   }
+  EXPECT_EQ(h_->Forbidden(), std::vector<std::string>{}) << "the chart's Role lacks these";
   auto metrics = common::http::HttpCall(op_.metrics_port, "GET", "/metrics");
   ASSERT_TRUE(metrics.has_value());
   EXPECT_TRUE(

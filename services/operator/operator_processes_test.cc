@@ -119,6 +119,7 @@ TEST(OperatorProcessesTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
   ASSERT_OK_AND_ASSIGN(int code, standby.child->Wait(absl::Seconds(20)));
   EXPECT_EQ(code, 0) << standby.child->Stderr();
   EXPECT_EQ(Holder(h->server()), "");
+  EXPECT_EQ(h->Forbidden(), std::vector<std::string>{}) << "the chart's Role lacks these";
 }
 
 TEST(OperatorProcessesTest, DeletingTheClusterCleansUpAndRemovesTheFinalizer) {
@@ -143,6 +144,7 @@ TEST(OperatorProcessesTest, DeletingTheClusterCleansUpAndRemovesTheFinalizer) {
   EXPECT_TRUE(h->server().List("expertpools", "moe").empty());
   a.child->Signal(SIGTERM);
   EXPECT_OK(a.child->Wait(absl::Seconds(20)).status());
+  EXPECT_EQ(h->Forbidden(), std::vector<std::string>{}) << "the chart's Role lacks these";
 }
 
 }  // namespace

@@ -178,6 +178,49 @@ bool MatchesSelector(const Json& o, const std::string& selector) {
   return true;
 }
 
+// The RBAC attributes of a request: verb, API group, "plural[/subresource]".
+struct Attributes {
+  std::string verb, group, resource;
+};
+std::optional<Attributes> AttributesOf(const httplib::Request& req) {
+  auto t = ParsePath(req.path);
+  if (!t.has_value()) return std::nullopt;
+  Attributes a;
+  const std::string& gv = t->type->group_version;
+  a.group = gv.find('/') == std::string::npos ? "" : gv.substr(0, gv.find('/'));
+  a.resource = t->type->plural + (t->subresource.empty() ? "" : "/" + t->subresource);
+  if (req.method == "GET") {
+    a.verb = !t->name.empty() ? "get" : req.has_param("watch") ? "watch" : "list";
+  } else if (req.method == "POST") {
+    a.verb = "create";
+  } else if (req.method == "PUT") {
+    a.verb = "update";
+  } else if (req.method == "PATCH") {
+    a.verb = "patch";
+  } else if (req.method == "DELETE") {
+    a.verb = t->name.empty() ? "deletecollection" : "delete";
+  }
+  return a;
+}
+
+bool Allowed(const Json& rules, const Attributes& a) {
+  auto has = [](const Json& list, const std::string& v) {
+    if (!list.is_array()) return false;
+    for (const Json& x : list) {
+      if (x == v || x == "*") return true;
+    }
+    return false;
+  };
+  for (const Json& r : rules) {
+    if (has(r.value("apiGroups", Json::array()), a.group) &&
+        has(r.value("resources", Json::array()), a.resource) &&
+        has(r.value("verbs", Json::array()), a.verb)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 Json StatusJson(int code, const std::string& reason, const std::string& message) {
   return {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
           {"code", code},     {"reason", reason},   {"message", message}};
@@ -697,10 +740,22 @@ absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(FakeApiServe
   s.set_keep_alive_max_count(1);
   Impl* p = impl.get();
   s.set_pre_routing_handler([p](const httplib::Request& req, httplib::Response& res) {
-    if (!p->options.token.empty() &&
-        req.get_header_value("Authorization") != "Bearer " + p->options.token) {
+    const std::string auth = req.get_header_value("Authorization");
+    const bool restricted = !p->options.restricted_token.empty() &&
+                            auth == "Bearer " + p->options.restricted_token;
+    if (!p->options.token.empty() && auth != "Bearer " + p->options.token && !restricted) {
       p->Fail(res, 401, "Unauthorized", "Unauthorized");
       return httplib::Server::HandlerResponse::Handled;
+    }
+    if (restricted) {
+      auto a = AttributesOf(req);
+      if (!a.has_value() || !Allowed(p->options.restricted_rules, *a)) {
+        p->Fail(res, 403, "Forbidden",
+                a.has_value() ? absl::StrCat("cannot ", a->verb, " resource \"", a->resource,
+                                             "\" in API group \"", a->group, "\"")
+                              : "forbidden: " + req.path);
+        return httplib::Server::HandlerResponse::Handled;
+      }
     }
     absl::MutexLock lock(&p->mu);
     for (auto& f : p->faults) {
@@ -721,8 +776,11 @@ absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(FakeApiServe
   s.Delete(".*", handler);
   s.set_logger([p](const httplib::Request& req, const httplib::Response& res) {
     absl::MutexLock lock(&p->mu);
+    auto a = AttributesOf(req);
     p->requests.push_back({req.method, req.path, req.get_header_value("User-Agent"),
-                           req.get_param_value("fieldManager"), res.status});
+                           req.get_param_value("fieldManager"), res.status,
+                           a.has_value() ? a->verb : "",
+                           a.has_value() ? a->group + "/" + a->resource : ""});
   });
   const int port = s.bind_to_any_port("127.0.0.1");
   if (port <= 0) return absl::UnavailableError("fake API server: cannot bind");
@@ -740,7 +798,7 @@ FakeApiServer::~FakeApiServer() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-std::string FakeApiServer::Kubeconfig(const std::string& ns) const {
+std::string FakeApiServer::Kubeconfig(const std::string& ns, const std::string& token) const {
   std::string ca;
   if (auto c = common::ReadFile(TestCaPath()); c.ok()) ca = absl::Base64Escape(*c);
   const std::string scheme = impl_->options.tls ? "https" : "http";
@@ -749,7 +807,7 @@ std::string FakeApiServer::Kubeconfig(const std::string& ns) const {
       "clusters:\n- name: fake\n  cluster:\n    server: ",
       scheme, "://127.0.0.1:", port_, "\n",
       impl_->options.tls ? "    certificate-authority-data: " + ca + "\n" : "",
-      "users:\n- name: operator\n  user:\n    token: ", impl_->options.token,
+      "users:\n- name: operator\n  user:\n    token: ", token.empty() ? impl_->options.token : token,
       "\ncontexts:\n- name: test\n  context:\n    cluster: fake\n    user: operator\n"
       "    namespace: ",
       ns, "\n");

@@ -53,6 +53,10 @@ struct FakeApiServerOptions {
   std::string cert_path;
   std::string key_path;
   std::string token = "test-token";  // "" = no authentication
+  // A second token whose requests are authorized by RBAC `rules` (a Role's rules: apiGroups,
+  // resources with "/subresource", verbs; 403 Forbidden otherwise). "" = none.
+  std::string restricted_token;
+  Json restricted_rules = Json::array();
   absl::Duration bookmark_interval = absl::Milliseconds(500);
 };
 
@@ -64,8 +68,9 @@ class FakeApiServer {
   FakeApiServer& operator=(const FakeApiServer&) = delete;
 
   int port() const { return port_; }
-  // A kubeconfig (YAML) for this server with namespace `ns` (the test CA embedded).
-  std::string Kubeconfig(const std::string& ns) const;
+  // A kubeconfig (YAML) for this server with namespace `ns` (the test CA embedded), for
+  // `token` ("" = options.token).
+  std::string Kubeconfig(const std::string& ns, const std::string& token = "") const;
   // The test CA's PEM (common/grpc/testdata/ca.pem).
   static std::string TestCaPath();
 
@@ -87,6 +92,8 @@ class FakeApiServer {
     std::string user_agent;
     std::string field_manager;
     int status = 0;
+    std::string verb;      // the RBAC verb: get, list, watch, create, update, patch, delete
+    std::string resource;  // "group/plural[/subresource]" ("" group for the core one)
   };
   std::vector<Request> Requests() const;
   int open_watches() const;

@@ -10,6 +10,7 @@
 #include "common/base/file.h"
 #include "common/process/listening.h"
 #include "services/operator/kube/kube_config.h"
+#include "services/operator/yaml_json.h"
 
 namespace moe::op::testing {
 
@@ -32,10 +33,30 @@ absl::StatusOr<std::unique_ptr<OperatorHarness>> OperatorHarness::Create(const s
   char tmpl[] = "/tmp/moe-operator-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   h->dir_ = tmpl;
-  auto server = FakeApiServer::Start({});
+  // The operator's Role, as the chart renders it.
+  nlohmann::json rules = nlohmann::json::array();
+  if (auto helm = HelmBinary(); helm.has_value()) {
+    auto r = common::process::RunToExit(
+        {.argv = {*helm, "template", "moe", SourceDir() + "/deploy/k8s", "--namespace", ns,
+                  "--set", "operator.enabled=true"},
+         .env = std::vector<std::string>{"HOME=" + h->dir_, "HELM_CACHE_HOME=" + h->dir_ + "/helm",
+                                         "HELM_CONFIG_HOME=" + h->dir_ + "/helm",
+                                         "HELM_DATA_HOME=" + h->dir_ + "/helm"}},
+        absl::Seconds(60));
+    if (!r.ok()) return r.status();
+    auto docs = ParseYamlDocuments(r->stdout_text);
+    if (!docs.ok()) return docs.status();
+    for (const auto& d : *docs) {
+      if (d.value("kind", "") == "Role") rules = d["rules"];
+    }
+    if (rules.empty()) return absl::InternalError("the chart rendered no operator Role");
+  }
+  auto server = FakeApiServer::Start(
+      {.restricted_token = "operator-token", .restricted_rules = rules});
   if (!server.ok()) return server.status();
   h->server_ = *std::move(server);
   std::ofstream(h->dir_ + "/kubeconfig") << h->server_->Kubeconfig(ns);
+  std::ofstream(h->dir_ + "/operator.kubeconfig") << h->server_->Kubeconfig(ns, "operator-token");
   auto config = kube::LoadKubeconfig(h->dir_ + "/kubeconfig");
   if (!config.ok()) return config.status();
   h->client_ = std::make_unique<kube::HttpKubeClient>(
@@ -63,7 +84,7 @@ absl::StatusOr<OperatorProcess> OperatorHarness::StartOperator(
   ::mkdir(work.c_str(), 0755);
   std::vector<std::string> argv = {BuildDir() + "/bin/operator",
                                    "--set",
-                                   "kubeconfig=" + dir_ + "/kubeconfig",
+                                   "kubeconfig=" + dir_ + "/operator.kubeconfig",
                                    "--set",
                                    "identity=" + identity,
                                    "--set",
@@ -91,6 +112,14 @@ absl::StatusOr<OperatorProcess> OperatorHarness::StartOperator(
   p.metrics_port = ports->metrics.value_or(0);
   p.child->DrainStdout();
   return p;
+}
+
+std::vector<std::string> OperatorHarness::Forbidden() const {
+  std::vector<std::string> out;
+  for (const auto& r : server_->Requests()) {
+    if (r.status == 403) out.push_back(r.verb + " " + r.resource);
+  }
+  return out;
 }
 
 bool OperatorHarness::WaitFor(const std::function<bool()>& done, absl::Duration timeout) {

@@ -30,8 +30,12 @@ struct OperatorProcess {
 
 class OperatorHarness {
  public:
-  // A fresh API server and a work directory.
+  // A fresh API server and a work directory. The operators it starts authenticate with a token
+  // the server authorizes by the chart's operator Role (deploy/k8s/templates/operator/rbac.yaml,
+  // rendered with Helm): a request outside it is 403 Forbidden (see Forbidden()).
   static absl::StatusOr<std::unique_ptr<OperatorHarness>> Create(const std::string& ns);
+  // "VERB group/resource" of every request the Role refused so far.
+  std::vector<std::string> Forbidden() const;
   ~OperatorHarness();
 
   FakeApiServer& server() { return *server_; }
