@@ -222,6 +222,54 @@ TEST_F(HttpKubeClientTest, WrongTokenIsUnauthenticated) {
               StatusIs(absl::StatusCode::kUnauthenticated));
 }
 
+// The harness runs the operator with a token the server authorizes by the chart's Role: a
+// request outside the Role's rules is 403 (PERMISSION_DENIED), and the server records it.
+TEST_F(HttpKubeClientTest, ARestrictedTokenMayDoOnlyWhatItsRulesAllow) {
+  const Json rules = Json::parse(R"([
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]},
+    {"apiGroups": ["moe-cluster.io"], "resources": ["moeclusters/status"], "verbs": ["patch"]}
+  ])");
+  auto server = FakeApiServer::Start({.restricted_token = "narrow", .restricted_rules = rules});
+  ASSERT_OK(server.status());
+  server_ = *std::move(server);
+  ASSERT_OK(MakeClient("test-token")
+                ->Create(kClusters, "moe",
+                         {{"apiVersion", "moe-cluster.io/v1alpha1"},
+                          {"kind", "MoECluster"},
+                          {"metadata", {{"name", "c"}}},
+                          {"spec", Json::object()}})
+                .status());
+  auto narrow = MakeClient("narrow");
+  ASSERT_OK(narrow->Create(kConfigMaps, "moe", ConfigMap("a", {{"k", "1"}})).status());
+  EXPECT_OK(narrow->Get(kConfigMaps, "moe", "a").status());
+  EXPECT_OK(narrow->List(kConfigMaps, "moe", "").status());
+  EXPECT_OK(narrow
+                ->Apply(kConfigMaps, "moe", ConfigMap("a", {{"k", "2"}}),
+                        {.field_manager = "t", .force = true})
+                .status());
+  EXPECT_THAT(narrow->Delete(kConfigMaps, "moe", "a"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("cannot delete")));
+  EXPECT_THAT(narrow->List(kStatefulSets, "moe", ""),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // The status subresource is its own resource: patching it does not allow patching the object.
+  const Json cluster = {{"apiVersion", "moe-cluster.io/v1alpha1"},
+                        {"kind", "MoECluster"},
+                        {"metadata", {{"name", "c"}}},
+                        {"status", {{"phase", "x"}}}};
+  EXPECT_OK(narrow
+                ->Apply(kClusters, "moe", cluster,
+                        {.field_manager = "t", .force = true, .subresource = "status"})
+                .status());
+  EXPECT_THAT(narrow->Apply(kClusters, "moe", cluster, {.field_manager = "t", .force = true}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  std::vector<std::string> refused;
+  for (const auto& r : server_->Requests()) {
+    if (r.status == 403) refused.push_back(r.verb + " " + r.resource);
+  }
+  EXPECT_EQ(refused, (std::vector<std::string>{"delete /configmaps", "list apps/statefulsets",
+                                               "patch moe-cluster.io/moeclusters"}));
+}
+
 TEST_F(HttpKubeClientTest, AServerTheCaDoesNotVouchForIsRefused) {
   KubeConfig c;
   c.host = "127.0.0.1";
