@@ -73,7 +73,16 @@ struct Controller::Metrics {
             "Recalibrations run, by trigger (calibration, threshold, schedule) and result.")),
         pool_replicas(r.GaugeFamily("moe_operator_pool_replicas",
                                     "Expert-pool workers by state (desired, counted: ready "
-                                    "and placed).")) {}
+                                    "and placed).")) {
+    // Every result at 0 from the start, so that a rule's increase() sees the first failure.
+    for (const char* result : {"ok", "error", "deleted"}) reconciles.Add({{"result", result}});
+    for (const char* result : {"ok", "failed"}) {
+      placement_changes.Add({{"result", result}});
+      for (const char* trigger : {"calibration", "threshold", "schedule"}) {
+        recalibrations.Add({{"trigger", trigger}, {"result", result}});
+      }
+    }
+  }
   common::metrics::Family<common::metrics::Counter>& reconciles;
   common::metrics::Histogram& reconcile_seconds;
   common::metrics::Family<common::metrics::Counter>& applies;
