@@ -100,11 +100,12 @@ TEST(OperatorProcessesTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
     }
   }
 
-  // The leader dies without releasing the Lease. A child is deleted meanwhile.
-  const size_t mark = h->server().Requests().size();
+  // The leader dies without releasing the Lease. A child is deleted meanwhile. (The mark is
+  // taken once it is dead: until then it leads, and may be writing.)
   const absl::Time killed = absl::Now();
   lead.child->Signal(SIGKILL);
   ASSERT_OK(lead.child->Wait(absl::Seconds(5)).status());
+  const size_t mark = h->server().Requests().size();
   ASSERT_OK(h->client().Delete(kDeployments, "moe", "c1-gateway"));
   ASSERT_TRUE(OperatorHarness::WaitFor(
       [&] { return h->server().Get("deployments", "moe", "c1-gateway").has_value(); },
