@@ -201,7 +201,14 @@ absl::StatusOr<Json> ChartValues(const ClusterSpec& c, const std::vector<PoolSpe
   v["monitoring"] = {{"podMonitor", {{"enabled", false}}},
                      {"serviceMonitor", {{"enabled", false}}},
                      {"prometheusRule", {{"enabled", false}}}};
-  return MergeValues(base.is_object() ? base : Json::object(), v);
+  // The rule file, the dashboards and the adapter rules select by job and namespace, not by
+  // cluster: the operator's own release renders them once per namespace (two copies would fire
+  // every alert twice and clash in Grafana). --chart_values may turn them back on.
+  const Json namespace_wide = {{"monitoring",
+                                {{"rulesConfigMap", {{"enabled", false}}},
+                                 {"dashboards", {{"enabled", false}}},
+                                 {"prometheusAdapter", {{"rulesConfigMap", false}}}}}};
+  return MergeValues(MergeValues(namespace_wide, base.is_object() ? base : Json::object()), v);
 }
 
 }  // namespace moe::op

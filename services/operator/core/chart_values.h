@@ -21,7 +21,9 @@ namespace moe::op {
 // say, then standalone ExpertPools naming it). `base`: values under the cluster's (the
 // operator's --chart_values: ports, monitoring, network policy ...); the cluster's own fields
 // win. The prometheus-operator objects (PodMonitor, ServiceMonitor, PrometheusRule) are off:
-// the operator applies only the kinds its RBAC names (children.h). INVALID_ARGUMENT for a bad
+// the operator applies only the kinds its RBAC names (children.h). The namespace-wide monitoring
+// ConfigMaps (rule file, dashboards, prometheus-adapter rules) are off unless `base` turns them
+// on: the operator's own release renders them once per namespace. INVALID_ARGUMENT for a bad
 // quantity.
 absl::StatusOr<Json> ChartValues(const ClusterSpec& cluster, const std::vector<PoolSpec>& pools,
                                  const Json& base);

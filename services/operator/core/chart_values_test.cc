@@ -46,6 +46,10 @@ TEST(ChartValuesTest, MapsTheClusterOntoTheChartsValues) {
   EXPECT_EQ(v["expertPools"][1]["experts"], R"(["*:4-7"])"_json);
   EXPECT_EQ(v["placement"]["policy"], "pools");
   EXPECT_EQ(v["monitoring"]["podMonitor"]["enabled"], false);
+  // Once per namespace, from the operator's release, not once per cluster.
+  EXPECT_EQ(v["monitoring"]["rulesConfigMap"]["enabled"], false);
+  EXPECT_EQ(v["monitoring"]["dashboards"]["enabled"], false);
+  EXPECT_EQ(v["monitoring"]["prometheusAdapter"]["rulesConfigMap"], false);
 }
 
 TEST(ChartValuesTest, BaseValuesSitUnderTheClusters) {
@@ -60,6 +64,12 @@ TEST(ChartValuesTest, BaseValuesSitUnderTheClusters) {
   EXPECT_EQ(v["routers"]["replicas"], 2);
   EXPECT_EQ(v["routers"]["config"]["grpc"]["drain_timeout"], "5s");
   EXPECT_EQ(v["routers"]["config"]["core"]["num_threads"], 1);
+  // The namespace-wide monitoring objects come back when the base asks for them.
+  ASSERT_OK_AND_ASSIGN(
+      Json m,
+      ChartValues(c, c.pools, R"({"monitoring": {"rulesConfigMap": {"enabled": true}}})"_json));
+  EXPECT_EQ(m["monitoring"]["rulesConfigMap"]["enabled"], true);
+  EXPECT_EQ(m["monitoring"]["dashboards"]["enabled"], false);
 }
 
 TEST(ChartValuesTest, SourcesAndStaticPlacement) {
