@@ -1,7 +1,11 @@
 #include "services/operator/testing/fake_api_server.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <regex>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -784,7 +788,16 @@ absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(FakeApiServe
   });
   const int port = s.bind_to_any_port("127.0.0.1");
   if (port <= 0) return absl::UnavailableError("fake API server: cannot bind");
-  impl->thread = std::thread([&s] { s.listen_after_bind(); });
+  auto listen_returned = std::make_shared<std::atomic<bool>>(false);
+  impl->thread = std::thread([&s, listen_returned] {
+    s.listen_after_bind();
+    listen_returned->store(true);
+  });
+  // httplib's stop() is a no-op until the listen loop runs, so a server destroyed right after
+  // Start() could miss it and hang the join (as common/metrics/metrics_server.cc guards too).
+  while (!s.is_running() && !listen_returned->load()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   return std::unique_ptr<FakeApiServer>(new FakeApiServer(std::move(impl), port));
 }
 
