@@ -62,7 +62,10 @@ schema = {
                  required=["repository", "tag", "pullPolicy"]),
     "nameOverride": s(maxLength=40), "fullnameOverride": s(maxLength=40),
     "commonLabels": strmap,
-    "operator": obj({"enabled": b}, required=["enabled"]),
+    "operator": obj({"enabled": b, "install": b, "replicas": i(0, 16), "leaderElection": b,
+                     "prometheusUrl": {"type": "string", "anyOf": [{"const": ""}, {"pattern": "^https?://"}]},
+                     "chartValues": anyobj, "resources": resources, **{k: placing[k] for k in ("nodeSelector", "tolerations")}},
+                    required=["enabled"]),
     "model": obj({
         "name": s("model id", minLength=1, maxLength=128, pattern="^[A-Za-z0-9][A-Za-z0-9._-]*$"),
         "maxModelLen": i(0, 1048576),

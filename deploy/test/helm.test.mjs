@@ -82,7 +82,13 @@ test('every pod: non-root, read-only root, no escalation, no capabilities, secco
       const at = `${name} ${owner}`;
       assert.equal(spec.securityContext.runAsNonRoot, true, at);
       assert.equal(spec.securityContext.seccompProfile.type, 'RuntimeDefault', at);
-      assert.equal(spec.automountServiceAccountToken, false, at);
+      // Only the operator calls the Kubernetes API: its pod alone mounts a token, bound to its Role.
+      const isOperator = spec.containers.some((c) => c.name === 'operator');
+      assert.equal(spec.automountServiceAccountToken, isOperator, at);
+      if (isOperator) {
+        const binding = objs.find((o) => o.kind === 'RoleBinding' && o.subjects.some((x) => x.name === spec.serviceAccountName));
+        assert.ok(binding && objs.some((o) => o.kind === 'Role' && o.metadata.name === binding.roleRef.name), `${at}: Role bound`);
+      }
       assert.ok(sas.has(spec.serviceAccountName), `${at}: ServiceAccount ${spec.serviceAccountName} rendered`);
       for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
         const sc = c.securityContext;
@@ -94,7 +100,7 @@ test('every pod: non-root, read-only root, no escalation, no capabilities, secco
       }
       for (const c of spec.containers) {
         for (const p of ['startupProbe', 'readinessProbe', 'livenessProbe']) assert.ok(c[p], `${at} ${c.name}: ${p}`);
-        if (c.name !== 'gateway') {
+        if (c.name !== 'gateway' && c.name !== 'operator') {
           assert.ok(c.readinessProbe.grpc && c.livenessProbe.grpc && c.startupProbe.grpc, `${at} ${c.name}: gRPC health probes`);
         }
       }

@@ -2,10 +2,11 @@
 # The image test (ctest label `image`): builds the image from the already-built build/bin
 # (deploy/image/build-image.sh: no second compile), checks that every binary's libraries resolve
 # inside it and that it runs as a numeric non-root user, makes the tiny model with the image's
-# `moe`, then starts a router and a gateway from it in one pod (read-only root filesystem, every
-# capability dropped, no privilege escalation) on host-assigned loopback ports
-# (-p 127.0.0.1::PORT), checks their health and one completion, and stops them with SIGTERM
-# (graceful drain: exit status 0). Needs root, podman, runc, mmdebstrap (scripts/setup).
+# `moe`, renders the baked chart with the baked Helm (the operator's renderer), then starts a
+# router and a gateway from it in one pod (read-only root filesystem, every capability dropped,
+# no privilege escalation) on host-assigned loopback ports (-p 127.0.0.1::PORT), checks their
+# health and one completion, and stops them with SIGTERM (graceful drain: exit status 0). Needs
+# root, podman, runc, mmdebstrap (scripts/setup).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -36,13 +37,31 @@ user=$(podman image inspect --format '{{.Config.User}}' "$tag")
 missing=$(podman run --rm --read-only --entrypoint /bin/sh "$tag" -c \
   'for b in /opt/moe/bin/*; do ldd "$b" | sed -n "s|^\t\(.*\) => not found|$b: \1|p"; done')
 [ -z "$missing" ] || { echo "FAIL: libraries missing in the image:"; echo "$missing"; exit 1; }
-for s in gateway router expert-worker kv-store moe; do
+services=(gateway router expert-worker kv-store moe)
+[ -x "$bin_dir/operator" ] && services+=(operator)
+for s in "${services[@]}"; do
   podman run --rm --read-only "$tag" "$s" --help >/dev/null || { echo "FAIL: $s --help"; exit 1; }
 done
 if podman run --rm --read-only "$tag" no-such-service >/dev/null 2>&1; then
   echo "FAIL: the entrypoint accepted an unknown service"; exit 1
 fi
 step "non-root, libraries resolve, entrypoint selects the service"
+
+if [ -x "$bin_dir/operator" ]; then
+  # The operator's renderer as it runs in its pod: the image's Helm on the image's chart, with a
+  # read-only root and Helm's directories under /tmp (services/operator/chart_renderer.cc).
+  rendered=$(podman run --rm --read-only --tmpfs /tmp --entrypoint /usr/local/bin/helm \
+    -e HELM_CACHE_HOME=/tmp/helm/cache -e HELM_CONFIG_HOME=/tmp/helm/config \
+    -e HELM_DATA_HOME=/tmp/helm/data "$tag" template moe /usr/share/moe/chart)
+  grep -q '^kind: StatefulSet' <<<"$rendered" ||
+    { echo "FAIL: helm template /usr/share/moe/chart in the image"; exit 1; }
+  # Outside a pod (no service account) it refuses to start, naming what is missing.
+  if err=$(podman run --rm --read-only --tmpfs /tmp "$tag" operator 2>&1); then
+    echo "FAIL: the operator started without an API server"; exit 1
+  fi
+  grep -q KUBERNETES_SERVICE_HOST <<<"$err" || { echo "FAIL: operator error: $err"; exit 1; }
+  step "operator: the image's Helm renders the image's chart"
+fi
 
 mkdir -p "$work/models" && chmod 0777 "$work/models"
 podman run --rm --read-only -v "$work/models:/models" "$tag" moe make-model --preset tiny --out /models/tiny >/dev/null

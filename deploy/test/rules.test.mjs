@@ -81,7 +81,9 @@ const known = new Set(['up', 'moe_request_ttft_seconds', 'moe_request_tpot_secon
     'moe_response_cache_hits_total', 'moe_asr_finalize_seconds', 'moe_tts_first_chunk_seconds',
     'moe_asr_realtime_factor', 'moe_expert_call_errors_total', 'moe_expert_hot_share',
     'moe_expert_layer_dispatch_seconds', 'moe_gateway_http_responses_total', 'moe_gateway_rejected_total',
-    'moe_gateway_connections_open', 'moe_expert_worker_calls_total', 'moe_expert_worker_rejected_calls_total']);
+    'moe_gateway_connections_open', 'moe_expert_worker_calls_total', 'moe_expert_worker_rejected_calls_total',
+    'moe_operator_reconciles_total', 'moe_operator_leader', 'moe_operator_recalibrations_total',
+    'moe_operator_placement_changes_total']);
 const isKnown = (name) => known.has(name) || known.has(name.replace(/_(bucket|sum|count)$/, ''));
 
 test('every metric the rules read is a DESIGN.md §5 / README name or a recording rule', () => {

@@ -55,138 +55,19 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
-#include "common/grpc/channel_factory.h"
-#include "common/grpc/status.h"
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/registry.h"
-#include "grpcpp/client_context.h"
-#include "moe/expert_worker/v1/expert_worker.grpc.pb.h"
-#include "moe/router/v1/router.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "services/router/core/placement_algorithm.h"
 #include "services/router/core/recalibration.h"
 #include "services/router/core/recalibration_coordinator.h"
-#include "services/router/placement_proto.h"
+#include "services/router/grpc_recalibration_transport.h"
 #include "tools/moe/command.h"
 
 namespace moe::cli {
 namespace {
 
-namespace rpb = ::moe::router::v1;
-namespace wpb = ::moe::expert_worker::v1;
-
-class GrpcRecalibrationTransport : public router::RecalibrationTransport {
- public:
-  GrpcRecalibrationTransport(std::vector<std::string> routers, absl::Duration timeout)
-      : routers_(std::move(routers)), timeout_(timeout) {}
-
-  absl::Status Connect() {
-    for (const std::string& r : routers_) {
-      auto ch = common::rpc::CreateChannel(r);
-      if (!ch.ok()) return ch.status();
-      stubs_.push_back(rpb::Router::NewStub(*ch));
-    }
-    return absl::OkStatus();
-  }
-
-  int num_routers() const override { return static_cast<int>(routers_.size()); }
-
-  absl::StatusOr<rpb::GetStatsResponse> RawStats(int router, absl::Duration window) {
-    rpb::GetStatsRequest req;
-    req.set_load_window_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(window)));
-    rpb::GetStatsResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    if (auto s = common::rpc::FromGrpcStatus(stubs_[router]->GetStats(&ctx, req, &resp)); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(routers_[router], ": GetStats: ", s.message()));
-    }
-    return resp;
-  }
-
-  absl::StatusOr<router::RouterLoadReport> GetStats(int router, absl::Duration window) override {
-    auto resp = RawStats(router, window);
-    if (!resp.ok()) return resp.status();
-    if (!resp->has_placement()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(routers_[router], " runs its experts in-process: nothing to place"));
-    }
-    return ToReport(*resp);
-  }
-
-  // The core view of a GetStats answer. REQUIRES: resp.has_placement().
-  static absl::StatusOr<router::RouterLoadReport> ToReport(const rpb::GetStatsResponse& resp) {
-    auto table = router::PlacementFromProto(resp.placement());
-    if (!table.ok()) return table.status();
-    router::RouterLoadReport r{resp.router_id(), *std::move(table), {}, {}};
-    r.expert_tokens.assign(resp.expert_load().tokens().begin(), resp.expert_load().tokens().end());
-    for (const rpb::WorkerLoad& w : resp.expert_load().workers()) {
-      r.worker_tokens[w.worker_id()].assign(w.tokens().begin(), w.tokens().end());
-    }
-    return r;
-  }
-
-  absl::Status SetPlacement(int router, const router::PlacementTable& table) override {
-    rpb::SetPlacementRequest req;
-    router::PlacementToProto(table, req.mutable_placement());
-    rpb::SetPlacementResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    auto s = common::rpc::FromGrpcStatus(stubs_[router]->SetPlacement(&ctx, req, &resp));
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat(routers_[router], ": SetPlacement: ", s.message()));
-    }
-    return absl::OkStatus();
-  }
-
-  template <typename Req>
-  static void AddKeys(const std::vector<model::ExpertKey>& keys, Req* req) {
-    for (const auto& k : keys) {
-      auto* key = req->add_experts();
-      key->set_layer_idx(static_cast<int32_t>(k.layer));
-      key->set_expert_id(static_cast<int32_t>(k.expert));
-    }
-  }
-
-  absl::Status LoadExperts(const std::string& address,
-                           const std::vector<model::ExpertKey>& keys) override {
-    auto stub = WorkerStub(address);
-    if (!stub.ok()) return stub.status();
-    wpb::LoadExpertsRequest req;
-    AddKeys(keys, &req);
-    wpb::LoadExpertsResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    auto s = common::rpc::FromGrpcStatus((*stub)->LoadExperts(&ctx, req, &resp));
-    return s.ok() ? s
-                  : absl::Status(s.code(), absl::StrCat(address, ": LoadExperts: ", s.message()));
-  }
-
-  absl::Status UnloadExperts(const std::string& address,
-                             const std::vector<model::ExpertKey>& keys) override {
-    auto stub = WorkerStub(address);
-    if (!stub.ok()) return stub.status();
-    wpb::UnloadExpertsRequest req;
-    AddKeys(keys, &req);
-    wpb::UnloadExpertsResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    auto s = common::rpc::FromGrpcStatus((*stub)->UnloadExperts(&ctx, req, &resp));
-    return s.ok() ? s
-                  : absl::Status(s.code(), absl::StrCat(address, ": UnloadExperts: ", s.message()));
-  }
-
- private:
-  absl::StatusOr<std::unique_ptr<wpb::ExpertWorker::Stub>> WorkerStub(const std::string& address) {
-    auto ch = common::rpc::CreateChannel(address);
-    if (!ch.ok()) return ch.status();
-    return wpb::ExpertWorker::NewStub(*ch);
-  }
-
-  std::vector<std::string> routers_;
-  absl::Duration timeout_;
-  std::vector<std::unique_ptr<rpb::Router::Stub>> stubs_;
-};
+using router::GrpcRecalibrationTransport;
 
 int Usage(const std::string& why) {
   std::fprintf(stderr,
@@ -373,7 +254,7 @@ int RunCoordinate(const Args& args, const std::vector<std::string>& routers,
     std::printf("{\"event\":\"listening\",\"metrics\":%d}\n", metrics->port());
     std::fflush(stdout);
   }
-  GrpcRecalibrationTransport transport(routers, timeout);
+  GrpcRecalibrationTransport transport(routers, {.timeout = timeout});
   if (auto s = transport.Connect(); !s.ok()) {
     std::fprintf(stderr, "moe admin: %s\n", s.ToString().c_str());
     return 1;
@@ -433,7 +314,7 @@ int RunAdmin(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   }
   auto slots = args->GetInt("slots", 0);
   if (!slots.ok() || *slots < 0) return Usage("--slots must be >= 0");
-  GrpcRecalibrationTransport transport(routers, timeout);
+  GrpcRecalibrationTransport transport(routers, {.timeout = timeout});
   if (auto s = transport.Connect(); !s.ok()) {
     std::fprintf(stderr, "moe admin: %s\n", s.ToString().c_str());
     return 1;

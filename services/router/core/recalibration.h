@@ -7,7 +7,7 @@
 // At every moment each expert has a live replica in the version a router uses: the new replicas
 // are resident before any router uses them, and nothing is unloaded before every router left
 // the old version. The transport is an interface so the protocol is unit-tested without gRPC;
-// `moe admin calibrate-router` supplies the gRPC one.
+// services/router/grpc_recalibration_transport.h is the gRPC one (moe admin, the operator).
 #pragma once
 
 #include <cstdint>

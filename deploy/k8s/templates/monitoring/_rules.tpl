@@ -3,7 +3,7 @@ Prometheus recording and alert rules (a plain rule file: `groups:`). Metric name
 DESIGN.md §5's (and the service READMEs'); where two services export one name (gateway and
 router both export the request metrics) the rules select by `job`, which the scrape config sets
 to the role (deploy/monitoring/prometheus.yaml; the PodMonitor/ServiceMonitor's jobLabel).
-Rules of roles that are not enabled (kv-store, asr, tts) are left out unless
+Rules of roles that are not enabled (operator, kv-store, asr, tts) are left out unless
 monitoring.rulesForDisabledRoles. Every alert has a runbook_url into deploy/RUNBOOK.md.
 */}}
 {{- define "moe.rules" -}}
@@ -128,6 +128,47 @@ groups:
           summary: {{`"{{ $value | humanizePercentage }} of {{ $labels.model }} requests end in error"`}}
           description: {{ printf "\"More than %v of the requests the gateway finished ({{ $labels.namespace }}, model {{ $labels.model }}) ended with finish_reason error over 5 minutes.\"" $a.errorRatio }}
           runbook_url: {{ printf "%s#moeerrorratiohigh" $rb }}
+{{- if or $all (and .Values.operator.enabled .Values.operator.install) }}
+  - name: moe.operator
+    rules:
+      - record: namespace:moe_operator_reconcile_errors:ratio_rate15m
+        expr: |-
+          sum by (namespace) (rate(moe_operator_reconciles_total{job="operator",result="error"}[15m]))
+            / sum by (namespace) (rate(moe_operator_reconciles_total{job="operator"}[15m]))
+      - alert: MoEOperatorDown
+        expr: up{job="operator"} == 0
+        for: 5m
+        labels: {severity: warning}
+        annotations:
+          summary: {{`"operator {{ $labels.instance }} is down"`}}
+          description: {{`"Operator replica {{ $labels.instance }} ({{ $labels.namespace }}) is not scraped for 5 minutes. The running cluster keeps serving; while no replica leads, spec changes, expert-pool autoscaling and recalibrations wait."`}}
+          runbook_url: {{ printf "%s#moeoperatordown" $rb }}
+      - alert: MoEOperatorNoLeader
+        expr: max by (namespace) (moe_operator_leader{job="operator"}) == 0
+        for: 5m
+        labels: {severity: warning}
+        annotations:
+          summary: {{`"no operator replica leads in {{ $labels.namespace }}"`}}
+          description: {{`"Operator replicas run in {{ $labels.namespace }} but none has held the Lease for 5 minutes: nothing is reconciled, scaled or recalibrated."`}}
+          runbook_url: {{ printf "%s#moeoperatornoleader" $rb }}
+      - alert: MoEOperatorReconcileErrors
+        expr: namespace:moe_operator_reconcile_errors:ratio_rate15m > 0.5
+        for: 15m
+        labels: {severity: warning}
+        annotations:
+          summary: {{`"most MoECluster reconciles fail in {{ $labels.namespace }}"`}}
+          description: {{`"{{ $value | humanizePercentage }} of the operator's reconciles in {{ $labels.namespace }} failed over 15 minutes: the MoECluster's Degraded condition and events say why."`}}
+          runbook_url: {{ printf "%s#moeoperatorreconcileerrors" $rb }}
+      - alert: MoEOperatorRecalibrationFailed
+        expr: |-
+          sum by (namespace) (increase(moe_operator_recalibrations_total{job="operator",result="failed"}[30m])) > 0
+            or sum by (namespace) (increase(moe_operator_placement_changes_total{job="operator",result="failed"}[30m])) > 0
+        labels: {severity: warning}
+        annotations:
+          summary: {{`"a recalibration or placement change failed in {{ $labels.namespace }}"`}}
+          description: {{`"The operator's recalibrations or expert-pool placement changes failed in the last 30 minutes ({{ $labels.namespace }}): the routers keep the old placement, and an expert pool does not scale until one succeeds."`}}
+          runbook_url: {{ printf "%s#moeoperatorrecalibrationfailed" $rb }}
+{{- end }}
 {{- if or $all .Values.kvStore.enabled }}
   - name: moe.kv-store
     rules:
