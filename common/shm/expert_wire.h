@@ -61,8 +61,8 @@ inline constexpr int32_t kMaxWireBatches = 4096;
 uint64_t RequestPayloadBytes(int64_t hidden, absl::Span<const int64_t> num_tokens);
 uint64_t ResponsePayloadBytes(int64_t hidden, absl::Span<const int64_t> num_tokens);
 
-// Writes `header` (layer, hidden, activations and num_batches taken from `call`), the batch table and the
-// activations of `call.batches[i]` for i in `batch_idx` into `payload` (RequestPayloadBytes
+// Writes `header` (layer, hidden, activations and num_batches taken from `call`), the batch table
+// and the activations of `call.batches[i]` for i in `batch_idx` into `payload` (RequestPayloadBytes
 // long): the one copy of the activations.
 void EncodeRequest(CallHeader header, const engine::ExpertCall& call,
                    absl::Span<const size_t> batch_idx, std::byte* payload);

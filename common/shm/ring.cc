@@ -91,12 +91,10 @@ std::byte* RingProducer::TryReserve(uint32_t payload_bytes) {
   const uint32_t free = capacity_ - used;
   const uint32_t pos = head_ & (capacity_ - 1);
   const uint32_t to_end = capacity_ - pos;
-  uint32_t pad = 0;
-  if (used == 0 && pos != 0 && need <= pos) {
-    pad = to_end;  // empty: start over at 0 (a small working set)
-  } else if (need > to_end) {
-    pad = to_end;  // would cross the end: pad to it, start at 0
-  }
+  // A record that would cross the end: pad to it and start at 0. (Starting over at 0 whenever
+  // the ring is empty would keep the working set small, but its pad holds the whole end of the
+  // ring until the consumer skips it, which starves a second record sent meanwhile.)
+  const uint32_t pad = need > to_end ? to_end : 0;
   if (uint64_t{pad} + need > free) return nullptr;
   if (pad > 0) {
     WritePrefix(data_ + pos, pad, kKindPad, 0);

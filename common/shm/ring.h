@@ -5,9 +5,7 @@
 // cache line) and a data area of `capacity` bytes (a power of two, a multiple of kRecordAlign).
 // A record is a 64-byte RecordPrefix followed by its payload, padded to a multiple of 64 bytes,
 // and always contiguous: when a record would cross the end of the data area, the producer
-// writes a pad record to the end and starts over at offset 0. It also starts over at 0 when
-// the ring is empty and the record fits there, so that a steady stream of calls reuses the
-// same few cache lines and pages instead of sweeping the whole ring.
+// writes a pad record to the end and starts over at offset 0.
 //
 // Protocol. `head` counts bytes published (the producer's), `tail` bytes released (the
 // consumer's); both are free-running uint32 counters, so used = head - tail (mod 2^32) and a

@@ -366,14 +366,18 @@ void RemoteExpertExecutor::Dispatch(Pending* p, const std::vector<size_t>& batch
     rpc->deadline = rpc->start + ExpertCallTimeout(options_, config_, rpc->tokens);
     if (shm != nullptr) {
       const uint64_t call_id = next_shm_call_++;
-      if (shm->TrySubmit(call_id, p->call, rpc->batch_idx, version, rpc->deadline)) {
+      const bool sent = shm->TrySubmit(call_id, p->call, rpc->batch_idx, version, rpc->deadline);
+      if (sent || shm->broken()) {
+        // A broken region (the worker closed it, died or misbehaved) fails the call like a
+        // dead connection: the worker is marked down, the batches go to other replicas.
+        rpc->shm_call = sent ? call_id : 0;
+        if (!sent) rpc->shm_status = absl::UnavailableError("shared memory region gone");
         rpc->shm = std::move(shm);
-        rpc->shm_call = call_id;
         rpc->worker->shm_calls->Increment();
         p->rpcs.push_back(std::move(rpc));
         continue;
       }
-      rpc->worker->shm_fallbacks->Increment();
+      rpc->worker->shm_fallbacks->Increment();  // no room in the rings now: this call by gRPC
     }
     rpc->request.set_layer_idx(p->call.layer_idx);
     rpc->request.set_placement_version(version);
@@ -460,7 +464,9 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
     // outputs written in place); the gRPC ones complete on gRPC's threads meanwhile.
     for (auto& rpc : p->rpcs) {
       if (rpc->shm == nullptr) continue;
-      rpc->shm_status = rpc->shm->Await(rpc->shm_call, rpc->deadline, &rpc->compute);
+      if (rpc->shm_call != 0) {
+        rpc->shm_status = rpc->shm->Await(rpc->shm_call, rpc->deadline, &rpc->compute);
+      }
       absl::MutexLock lock(&mu_);
       rpc->worker->inflight_tokens -= rpc->tokens;
     }
