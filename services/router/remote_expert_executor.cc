@@ -234,8 +234,8 @@ absl::StatusOr<std::shared_ptr<ShmExpertChannel>> RemoteExpertExecutor::Negotiat
   ASSIGN_OR_RETURN(
       std::unique_ptr<ShmExpertChannel> channel,
       ShmExpertChannel::Connect(t.socket_path(), t.ticket(), options_.shm, *heartbeat_, clock_));
-  MOE_LOG_INFO("router: expert worker {} ({}) over shared memory ({} MiB rings, pid {})", w.id,
-               w.address, t.ring_bytes() >> 20, t.worker_pid());
+  MOE_LOG_INFO("router: expert worker {} ({}) over shared memory ({} KiB rings, pid {})", w.id,
+               w.address, t.ring_bytes() >> 10, t.worker_pid());
   return std::shared_ptr<ShmExpertChannel>(std::move(channel));
 }
 

@@ -2,10 +2,16 @@
 // the worker's ShmServer (with a fake compute handler), over a real socket handshake and memfd.
 #include "services/router/shm_expert_channel.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/clock.h"
@@ -270,6 +276,23 @@ TEST_F(ShmExpertChannelTest, OnlyTicketsTheControlPlaneIssuedGetARegion) {
     return registry_.Value("moe_expert_worker_shm_handshakes_total", {{"result", "refused"}})
                .value_or(0) == 2;
   }));
+}
+
+TEST_F(ShmExpertChannelTest, AStartingWorkerRemovesTheSocketsOfDeadWorkers) {
+  // A pid that was just freed (a child that exited and was reaped) and ours.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  const std::string stale = absl::StrCat(options_.dir, "/moe-ew-", child, "-0badc0de.sock");
+  const std::string live = absl::StrCat(options_.dir, "/moe-ew-", getpid(), "-0badc0de.sock");
+  std::ofstream(stale) << "";
+  std::ofstream(live) << "";
+  server_.reset();
+  StartServer();
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_TRUE(std::filesystem::exists(server_->socket_path()));
 }
 
 TEST_F(ShmExpertChannelTest, TicketsAreBoundedByMaxRegions) {

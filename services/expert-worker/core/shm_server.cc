@@ -1,12 +1,18 @@
 #include "services/expert-worker/core/shm_server.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/shm/expert_wire.h"
@@ -22,6 +28,20 @@ namespace {
 constexpr int64_t kIdleSliceNs = 50'000'000;
 
 int64_t Nanos(absl::Duration d) { return absl::ToInt64Nanoseconds(d); }
+
+// Removes the sockets that crashed workers of this pid namespace left in `dir`
+// (moe-ew-<pid>-<hex>.sock whose pid no longer exists): a SIGKILL leaves its file behind.
+void RemoveStaleSockets(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, "moe-ew-") || !absl::EndsWith(name, ".sock")) continue;
+    const std::vector<std::string> parts = absl::StrSplit(name.substr(7), '-');
+    int pid = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &pid) || pid <= 0) continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+  }
+}
 
 }  // namespace
 
@@ -66,6 +86,7 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const ShmServerOptio
                                                             common::Clock& clock) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<ShmServer> s(new ShmServer(options, handler, registry, clock));
+  RemoveStaleSockets(options.dir);
   const std::string path =
       absl::StrCat(options.dir, "/moe-ew-", getpid(), "-",
                    absl::BytesToHexString(shm::RandomTicket().substr(0, 4)), ".sock");
@@ -229,9 +250,9 @@ void ShmServer::Serve(Region* region) {
     }
     shm::EncodeResult(req.header.call_id, status, absl::ToInt64Nanoseconds(compute),
                       static_cast<int32_t>(req.call.batches.size()), out);
+    metrics_.calls.Increment();  // before the router can see the answer
     responses.Publish();
     requests.Release();
-    metrics_.calls.Increment();
   }
   if (!stop_.load() && !why.empty()) {
     metrics_.peers_lost.Increment();
