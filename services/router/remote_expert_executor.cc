@@ -231,9 +231,17 @@ absl::StatusOr<std::shared_ptr<ShmExpertChannel>> RemoteExpertExecutor::Negotiat
     return nullptr;
   }
   const pb::SharedMemoryTransport& t = resp.shared_memory();
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<ShmExpertChannel> channel,
-      ShmExpertChannel::Connect(t.socket_path(), t.ticket(), options_.shm, *heartbeat_, clock_));
+  absl::StatusOr<std::unique_ptr<ShmExpertChannel>> connected =
+      ShmExpertChannel::Connect(t.socket_path(), t.ticket(), options_.shm, *heartbeat_, clock_);
+  if (!connected.ok()) {
+    // The worker is up but its socket is not ours to reach (another pod on this node, another
+    // mount namespace) or refused us: gRPC for this worker, until it restarts.
+    if (options_.transport == ExpertTransport::kShm) return connected.status();
+    MOE_LOG_INFO("router: expert worker {} ({}) over gRPC: shared memory offered but {}", w.id,
+                 w.address, connected.status().ToString());
+    return nullptr;
+  }
+  std::unique_ptr<ShmExpertChannel> channel = std::move(*connected);
   MOE_LOG_INFO("router: expert worker {} ({}) over shared memory ({} KiB rings, pid {})", w.id,
                w.address, t.ring_bytes() >> 10, t.worker_pid());
   return std::shared_ptr<ShmExpertChannel>(std::move(channel));

@@ -196,7 +196,8 @@ class RemoteExpertExecutor final : public engine::ExpertExecutor {
   void MarkUnhealthy(int32_t worker_id);
   void ProbeLoop();
   // NegotiateTransport with `w` and, when it offers shared memory, the region's handshake.
-  // Null (with `*retry` false) when the worker answers gRPC; an error when it could not tell.
+  // Null when the worker answers gRPC or (kAuto) its offered socket cannot be reached; an error
+  // when the RPC failed (asked again at the next probe) or, in kShm mode, the handshake did.
   absl::StatusOr<std::shared_ptr<ShmExpertChannel>> Negotiate(Worker& w);
   // Negotiates with every worker in `workers` and installs the results (no lock held while
   // negotiating). In kShm mode a worker that does not offer shared memory is marked down.
