@@ -127,10 +127,11 @@ void SetOutputs(std::byte* response_payload, engine::ExpertCall* call) {
 }
 
 void EncodeResult(uint64_t call_id, const absl::Status& status, int64_t compute_ns,
-                  int32_t num_batches, std::byte* response_payload) {
+                  int32_t num_batches, const WorkerTimes& times, std::byte* response_payload) {
   ResultHeader r;
   r.call_id = call_id;
   r.compute_ns = compute_ns;
+  r.times = times;
   r.status_code = static_cast<int32_t>(status.code());
   r.num_batches = num_batches;
   const size_t n = std::min(status.message().size(), kResultMessageChars);

@@ -30,7 +30,9 @@ struct CallHeader {
   int32_t num_batches = 0;
   int64_t hidden = 0;
   uint32_t activations = 0;  // kernels::Activations as an integer
-  uint32_t reserved[5] = {};
+  uint32_t reserved = 0;
+  int64_t sent_mono_ns = 0;  // CLOCK_MONOTONIC when the router began writing it (timing only)
+  int64_t reserved2 = 0;
 };
 static_assert(sizeof(CallHeader) == 64);
 
@@ -41,7 +43,15 @@ struct BatchEntry {
 };
 static_assert(sizeof(BatchEntry) == 16);
 
-inline constexpr size_t kResultMessageChars = 224;
+inline constexpr size_t kResultMessageChars = 200;
+// Timing of one call on the worker's side, CLOCK_MONOTONIC (the same clock in every process of
+// a host; futex.h MonotonicNowNs): for benchmarks and the transport's own overhead figures,
+// never for decisions (a peer's clock values are not trusted).
+struct WorkerTimes {
+  int64_t picked_mono_ns = 0;         // the serving thread read the request
+  int64_t compute_start_mono_ns = 0;  // compute began (0 when nothing was computed)
+  int64_t published_mono_ns = 0;      // just before the answer was published
+};
 struct ResultHeader {
   uint64_t call_id = 0;
   int64_t compute_ns = 0;      // worker compute time of the call
@@ -49,6 +59,7 @@ struct ResultHeader {
   uint32_t message_bytes = 0;  // of `message`, <= kResultMessageChars
   int32_t num_batches = 0;
   uint32_t reserved = 0;
+  WorkerTimes times;
   char message[kResultMessageChars] = {};
 };
 static_assert(sizeof(ResultHeader) == 256);
@@ -87,7 +98,7 @@ void SetOutputs(std::byte* response_payload, engine::ExpertCall* call);
 
 // Writes the result header of a response.
 void EncodeResult(uint64_t call_id, const absl::Status& status, int64_t compute_ns,
-                  int32_t num_batches, std::byte* response_payload);
+                  int32_t num_batches, const WorkerTimes& times, std::byte* response_payload);
 
 // Copies and checks a response's result header. INVALID_ARGUMENT when malformed.
 absl::Status DecodeResult(const std::byte* payload, uint32_t payload_bytes, ResultHeader* out);

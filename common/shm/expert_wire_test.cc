@@ -44,11 +44,15 @@ TEST(ExpertWireTest, RequestRoundTripsInPlaceAndResponsesLineUp) {
   SetOutputs(response, &d.call);
   EXPECT_EQ(reinterpret_cast<std::byte*>(d.call.batches[0].output), response + 256);
   EXPECT_EQ(reinterpret_cast<std::byte*>(d.call.batches[1].output), response + 320);
-  EncodeResult(9, absl::FailedPreconditionError("not resident"), 1234, 2, response);
+  EncodeResult(9, absl::FailedPreconditionError("not resident"), 1234, 2, WorkerTimes{5, 6, 7},
+               response);
   ResultHeader r;
   ASSERT_OK(DecodeResult(response, 384, &r));
   EXPECT_EQ(r.call_id, 9u);
   EXPECT_EQ(r.compute_ns, 1234);
+  EXPECT_EQ(r.times.picked_mono_ns, 5);
+  EXPECT_EQ(r.times.compute_start_mono_ns, 6);
+  EXPECT_EQ(r.times.published_mono_ns, 7);
   EXPECT_THAT(ResultStatus(r), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(ResultStatus(r).message(), "not resident");
 }

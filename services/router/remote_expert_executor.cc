@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <deque>
 #include <utility>
@@ -25,6 +26,19 @@ namespace pb = ::moe::expert_worker::v1;
 namespace {
 constexpr absl::Duration kUtilisationWindow = absl::Seconds(1);
 constexpr absl::Duration kNegotiateTimeout = absl::Seconds(2);
+
+// Length of the union of [begin, end) spans (sorts `spans`).
+int64_t SpanUnionNs(std::vector<std::pair<int64_t, int64_t>>& spans) {
+  std::sort(spans.begin(), spans.end());
+  int64_t total = 0;
+  int64_t reach = INT64_MIN;
+  for (const auto& [b, e] : spans) {
+    const int64_t from = std::max(b, reach);
+    if (e > from) total += e - from;
+    reach = std::max(reach, e);
+  }
+  return total;
+}
 }  // namespace
 
 absl::Duration ExpertCallTimeout(const RemoteExpertsOptions& options,
@@ -122,6 +136,7 @@ struct RemoteExpertExecutor::Rpc {
   std::shared_ptr<ShmExpertChannel> shm;
   uint64_t shm_call = 0;
   absl::Status shm_status;
+  ShmCallTimes shm_times;
   // gRPC.
   ::grpc::ClientContext ctx;
   pb::RunExpertsRequest request;
@@ -467,13 +482,16 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
   absl::Status fatal;
   const int64_t hidden = p->call.hidden;
   ExpertCallTiming timing;
+  std::vector<std::pair<int64_t, int64_t>> compute_spans;  // one per worker call at most
+  compute_spans.reserve(p->rpcs.size());
   for (int attempt = 1;; ++attempt) {
     // Shared-memory calls are driven by this thread: their answers are read here (each call's
     // outputs written in place); the gRPC ones complete on gRPC's threads meanwhile.
     for (auto& rpc : p->rpcs) {
       if (rpc->shm == nullptr) continue;
       if (rpc->shm_call != 0) {
-        rpc->shm_status = rpc->shm->Await(rpc->shm_call, rpc->deadline, &rpc->compute);
+        rpc->shm_status =
+            rpc->shm->Await(rpc->shm_call, rpc->deadline, &rpc->compute, &rpc->shm_times);
       }
       absl::MutexLock lock(&mu_);
       rpc->worker->inflight_tokens -= rpc->tokens;
@@ -486,6 +504,7 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
     std::vector<size_t> retry;
     const absl::Time now = clock_.Now();
     timing = {};
+    compute_spans.clear();
     for (auto& rpc : p->rpcs) {
       Worker& w = *rpc->worker;
       absl::Status s;
@@ -512,6 +531,18 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
       w.call_seconds->Observe(absl::ToDoubleSeconds(now - rpc->start));
       if (s.ok()) {
         timing.max_compute = std::max(timing.max_compute, rpc->compute);
+        if (rpc->shm != nullptr) {
+          const ShmCallTimes& t = rpc->shm_times;
+          timing.shm_to_worker_max = std::max(
+              timing.shm_to_worker_max, absl::Nanoseconds(t.picked_mono_ns - t.sent_mono_ns));
+          timing.shm_to_router_max = std::max(
+              timing.shm_to_router_max, absl::Nanoseconds(t.seen_mono_ns - t.published_mono_ns));
+          if (t.compute_start_mono_ns != 0) {
+            compute_spans.emplace_back(
+                t.compute_start_mono_ns,
+                t.compute_start_mono_ns + absl::ToInt64Nanoseconds(rpc->compute));
+          }
+        }
         load_tracker_->RecordWorkerTokens(p->call.layer_idx, w.id, rpc->tokens);
         absl::MutexLock lock(&mu_);
         w.AddBusy(now, rpc->compute);
@@ -531,6 +562,7 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
       p->excluded.insert(w.id);
       retry.insert(retry.end(), rpc->batch_idx.begin(), rpc->batch_idx.end());
     }
+    timing.shm_compute_union = absl::Nanoseconds(SpanUnionNs(compute_spans));
     if (retry.empty() || !fatal.ok()) break;
     if (attempt >= options_.max_attempts) {
       p->unavailable.insert(p->unavailable.end(), retry.begin(), retry.end());

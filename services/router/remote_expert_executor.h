@@ -145,6 +145,14 @@ struct ExpertCallTiming {
   absl::Duration max_compute;
   int shm_calls = 0;   // worker calls of the final round over shared memory
   int grpc_calls = 0;  // ... and over gRPC
+  // Over the final round's successful shared-memory calls (zero without any), from the calls'
+  // CLOCK_MONOTONIC timestamps (ShmCallTimes): how long at least one worker was computing (the
+  // union of their compute intervals: max_compute when the workers ran side by side, their sum
+  // when they took turns on a core), and the longest hand-off each way (the router began
+  // writing -> the worker read it; the worker published -> the router read it).
+  absl::Duration shm_compute_union;
+  absl::Duration shm_to_worker_max;
+  absl::Duration shm_to_router_max;
 };
 
 class RemoteExpertExecutor final : public engine::ExpertExecutor {

@@ -105,6 +105,8 @@ bool ShmExpertChannel::TrySubmit(uint64_t call_id, const engine::ExpertCall& cal
   header.call_id = call_id;
   header.deadline_unix_ns = absl::ToUnixNanos(deadline);
   header.placement_version = placement_version;
+  header.sent_mono_ns = shm::MonotonicNowNs();
+  c.times.sent_mono_ns = header.sent_mono_ns;
   shm::EncodeRequest(header, call, batch_idx, at);
   requests_.Publish();
   outstanding_response_bytes_ += 2 * shm::RecordBytes(c.response_bytes);
@@ -124,6 +126,10 @@ bool ShmExpertChannel::TakeAnswer(const shm::RingRecord& record) {
   outstanding_response_bytes_ -= 2 * shm::RecordBytes(c.response_bytes);
   c.status = shm::ResultStatus(r);
   c.compute_ns = r.compute_ns;
+  c.times.picked_mono_ns = r.times.picked_mono_ns;
+  c.times.compute_start_mono_ns = r.times.compute_start_mono_ns;
+  c.times.published_mono_ns = r.times.published_mono_ns;
+  c.times.seen_mono_ns = shm::MonotonicNowNs();
   if (c.status.ok() && (record.payload_bytes < c.response_bytes ||
                         r.num_batches != static_cast<int32_t>(c.rows.size()))) {
     return false;
@@ -145,7 +151,7 @@ bool ShmExpertChannel::TakeAnswer(const shm::RingRecord& record) {
 }
 
 absl::Status ShmExpertChannel::Await(uint64_t call_id, absl::Time deadline,
-                                     absl::Duration* compute) {
+                                     absl::Duration* compute, ShmCallTimes* times) {
   auto find = [this, call_id] {
     return std::find_if(calls_.begin(), calls_.end(),
                         [call_id](const Call& c) { return c.id == call_id; });
@@ -180,6 +186,7 @@ absl::Status ShmExpertChannel::Await(uint64_t call_id, absl::Time deadline,
   auto it = find();
   absl::Status status = std::move(it->status);
   if (compute != nullptr) *compute = absl::Nanoseconds(it->compute_ns);
+  if (times != nullptr) *times = it->times;
   calls_.erase(it);
   return status;
 }

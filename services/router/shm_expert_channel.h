@@ -72,6 +72,19 @@ struct ShmChannelOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// Where one call's time went, on CLOCK_MONOTONIC (shared by the processes of a host): the
+// router began writing the request (sent), the worker read it (picked) and began computing
+// (compute_start; 0 when it computed nothing), the worker published the answer (published), the
+// router read it (seen). For benchmarks: sent -> picked and published -> seen are the two
+// hand-offs, wake-ups included.
+struct ShmCallTimes {
+  int64_t sent_mono_ns = 0;
+  int64_t picked_mono_ns = 0;
+  int64_t compute_start_mono_ns = 0;
+  int64_t published_mono_ns = 0;
+  int64_t seen_mono_ns = 0;
+};
+
 class ShmExpertChannel {
  public:
   // Connects to the worker's socket with its ticket (common/shm/handshake.h) and starts beating
@@ -96,10 +109,12 @@ class ShmExpertChannel {
                  absl::Time deadline);
 
   // Waits for call `call_id`'s answer until `deadline`, and returns the worker's status for it
-  // (its outputs written when OK; `*compute` = the worker's compute time). UNAVAILABLE when the
-  // worker closed the region, stopped beating or broke the protocol (broken() then);
-  // DEADLINE_EXCEEDED (the call is abandoned); NOT_FOUND for an unknown call.
-  absl::Status Await(uint64_t call_id, absl::Time deadline, absl::Duration* compute);
+  // (its outputs written when OK; `*compute` = the worker's compute time, `*times` (optional)
+  // the call's timestamps). UNAVAILABLE when the worker closed the region, stopped beating or
+  // broke the protocol (broken() then); DEADLINE_EXCEEDED (the call is abandoned); NOT_FOUND for
+  // an unknown call.
+  absl::Status Await(uint64_t call_id, absl::Time deadline, absl::Duration* compute,
+                     ShmCallTimes* times = nullptr);
 
   bool broken() const { return broken_.load(std::memory_order_relaxed); }
   uint32_t ring_bytes() const;
@@ -115,6 +130,7 @@ class ShmExpertChannel {
     bool abandoned = false;
     absl::Status status;
     int64_t compute_ns = 0;
+    ShmCallTimes times;
   };
 
   ShmExpertChannel(std::unique_ptr<shm::MappedRegion> region, const ShmChannelOptions& options,

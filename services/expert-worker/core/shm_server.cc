@@ -224,6 +224,8 @@ void ShmServer::Serve(Region* region) {
       requests.WaitForData(spin_ns, kIdleSliceNs);
       continue;
     }
+    shm::WorkerTimes times;
+    times.picked_mono_ns = shm::MonotonicNowNs();
     absl::Status status = shm::DecodeRequest(rec.payload, rec.payload_bytes, hidden, &req);
     uint64_t bytes = status.ok() ? req.response_bytes : sizeof(shm::ResultHeader);
     if (bytes > responses.max_payload()) {
@@ -245,11 +247,13 @@ void ShmServer::Serve(Region* region) {
         status = absl::DeadlineExceededError("the call's deadline passed before it was read");
       } else {
         shm::SetOutputs(out, &req.call);
+        times.compute_start_mono_ns = shm::MonotonicNowNs();
         status = handler_.Run(req.call, &compute);
       }
     }
+    times.published_mono_ns = shm::MonotonicNowNs();
     shm::EncodeResult(req.header.call_id, status, absl::ToInt64Nanoseconds(compute),
-                      static_cast<int32_t>(req.call.batches.size()), out);
+                      static_cast<int32_t>(req.call.batches.size()), times, out);
     metrics_.calls.Increment();  // before the router can see the answer
     responses.Publish();
     requests.Release();
