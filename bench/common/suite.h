@@ -15,6 +15,7 @@ namespace moe::bench {
 // Flags common to every suite (DESIGN.md §6).
 struct SuiteOptions {
   std::string preset = "bench";  // a `moe make-model` preset generated for the run...
+  bool preset_given = false;     // --preset was on the command line (suites with another default)
   std::string model_dir;         // ...or an existing checkpoint (wins over preset)
   std::string arch = "mixtral";  // for presets
   std::string dtype = "bf16";    // for presets: f32, bf16, f16

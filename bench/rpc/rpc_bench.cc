@@ -13,6 +13,8 @@
 //           inline    a callback service computing on the gRPC thread that read the request
 //           handoff   a callback service handing each call to a compute thread of its own
 //           prod      the production expert_worker::ExpertWorkerServer
+//           shm       the same, with its shared-memory data plane (ShmServer); the executor
+//                     requires it (experts.transport shm): no gRPC on the data path
 // Payloads: "decode" = 32 streams x top-2 over 8 experts (4 experts x 8 tokens per worker,
 // 32 KiB of f32 each way per call), "tiny" = 1 expert x 1 token per worker (1 KiB).
 // Variants alternate round-robin in short blocks so machine noise hits them alike.
@@ -39,7 +41,9 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/completion_queue.h"
 #include "moe/expert_worker/v1/expert_worker.grpc.pb.h"
+#include "common/shm/handshake.h"
 #include "services/expert-worker/core/expert_worker_core.h"
+#include "services/expert-worker/core/shm_server.h"
 #include "services/expert-worker/expert_worker_server.h"
 #include "services/router/remote_expert_executor.h"
 
@@ -133,6 +137,8 @@ class HandoffCallbackService final : public pb::ExpertWorker::CallbackService {
 struct Worker {
   std::unique_ptr<common::metrics::Registry> registry;
   std::unique_ptr<ExpertWorkerCore> core;
+  std::unique_ptr<expert_worker::CoreCallHandler> handler;  // "shm" only
+  std::unique_ptr<expert_worker::ShmServer> shm;            // "shm" only
   std::unique_ptr<::grpc::Service> service;
   std::unique_ptr<common::rpc::ServerRunner> runner;
   std::unique_ptr<pb::ExpertWorker::Stub> stub;
@@ -170,7 +176,14 @@ absl::StatusOr<Server> StartServer(const std::string& name, const std::string& d
     } else if (name == "inline") {
       wk.service = std::make_unique<InlineCallbackService>(wk.core.get());
     } else {
-      wk.service = std::make_unique<expert_worker::ExpertWorkerServer>(wk.core.get());
+      auto service = std::make_unique<expert_worker::ExpertWorkerServer>(wk.core.get());
+      if (name == "shm") {
+        wk.handler = std::make_unique<expert_worker::CoreCallHandler>(*wk.core);
+        ASSIGN_OR_RETURN(wk.shm, expert_worker::ShmServer::Start({}, *wk.handler, *wk.registry,
+                                                                 common::SystemClock::Get()));
+        service->EnableSharedMemory(*wk.shm, shm::HostBootId());
+      }
+      wk.service = std::move(service);
     }
     common::rpc::ServerOptions so;
     so.host = "127.0.0.1";
@@ -185,6 +198,7 @@ absl::StatusOr<Server> StartServer(const std::string& name, const std::string& d
     ro.placement.push_back(absl::StrCat(wk.expert_spec, "=", w));
     s.workers.push_back(std::move(wk));
   }
+  if (name == "shm") ro.transport = router::ExpertTransport::kShm;
   ASSIGN_OR_RETURN(s.executor, router::RemoteExpertExecutor::Create(ro, config, *s.registry,
                                                                     common::SystemClock::Get()));
   return s;
@@ -363,7 +377,7 @@ absl::StatusOr<BenchReport> RunRpcBench(const SuiteOptions& o) {
 
   std::vector<std::pair<std::string, std::string>> variants = {
       {"callback", "sync"},    {"cq", "sync"},    {"callback", "inline"}, {"cq", "inline"},
-      {"callback", "handoff"}, {"cq", "handoff"}, {"executor", "prod"},
+      {"callback", "handoff"}, {"cq", "handoff"}, {"executor", "prod"}, {"executor", "shm"},
   };
   // MOE_BENCH_RPC_VARIANTS="cq/inline,executor/prod" keeps only those (for perf stat / record).
   if (const char* only = std::getenv("MOE_BENCH_RPC_VARIANTS"); only != nullptr && *only != 0) {
@@ -451,7 +465,9 @@ absl::StatusOr<BenchReport> RunRpcBench(const SuiteOptions& o) {
 
 }  // namespace
 
-MOE_REGISTER_BENCH_SUITE("rpc", "RunExperts round trip vs worker compute, per gRPC variant",
+MOE_REGISTER_BENCH_SUITE("rpc",
+                         "RunExperts round trip vs worker compute, per gRPC variant and over "
+                         "shared memory",
                          RunRpcBench);
 
 }  // namespace moe::bench

@@ -155,6 +155,9 @@ test('sidecar experts: workers in the router pod, sharing an emptyDir in memory 
   assert.deepEqual(routerCfg.experts.workers, ['127.0.0.1:50052', '127.0.0.1:50053']);
   assert.deepEqual(routerCfg.experts.placement, ['*:0-3=0', '*:4-7=1']);
   assert.equal(YAML.parse(cm.data['expert-worker-hi.yaml']).grpc.port, 50053);
+  // the shared-memory transport: required by the router, offered by the sidecars at /dev/shm
+  assert.equal(routerCfg.experts.transport, 'shm');
+  assert.deepEqual(YAML.parse(cm.data['expert-worker-hi.yaml']).shm, { enabled: true, dir: '/dev/shm' });
   // kubelet's probes dial the pod IP; the NetworkPolicy keeps the worker ports closed to other pods
   const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.spec.podSelector.matchLabels['app.kubernetes.io/component'] === 'router');
   const open = np.spec.ingress.flatMap((r) => r.ports.map((p) => p.port));
@@ -195,6 +198,8 @@ test('placement: worker ids in pool order, one entry per pool and expert spec', 
   assert.equal(cfg.experts.workers.length, 6);
   assert.match(cfg.experts.workers[4], /^moe-moe-cluster-experts-cold-0\.moe-moe-cluster-experts-cold\.moe\.svc:50052$/);
   assert.deepEqual(cfg.experts.placement, ['*:0-63=0,1,2,3', '*:64-127=4,5']);
+  assert.equal(cfg.experts.transport, 'grpc');  // pools in their own pods
+  assert.equal(YAML.parse(cm.data['expert-worker-cold.yaml']).shm.enabled, false);
   assert.deepEqual(YAML.parse(cm.data['placement.yaml']).placement, cfg.experts.placement);
   // the gateway lists routers up to the HPA's maximum and routes around the absent ones
   assert.equal(YAML.parse(cm.data['gateway.yaml']).routing.routers.length, 16);

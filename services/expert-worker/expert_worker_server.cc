@@ -1,5 +1,8 @@
 #include "services/expert-worker/expert_worker_server.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,14 +43,7 @@ std::vector<ExpertKey> KeysFromProto(
     return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("unknown activations mode ", request.activations()));
   }
-  if (mode != core.activations()) {
-    return ::grpc::Status(
-        ::grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("the caller computes with ", kernels::ActivationsName(mode),
-                     " activations and this worker with ",
-                     kernels::ActivationsName(core.activations()),
-                     ": core.activations must be the same on every process of the cluster"));
-  }
+  if (absl::Status s = core.CheckActivations(mode); !s.ok()) return common::rpc::ToGrpcStatus(s);
   call->activations = mode;
   call->layer_idx = request.layer_idx();
   call->hidden = hidden;
@@ -137,6 +133,31 @@ std::vector<ExpertKey> KeysFromProto(
                                                  const pb::UnloadExpertsRequest* request,
                                                  pb::UnloadExpertsResponse* response) {
   FillResident(core_->Unload(KeysFromProto(request->experts())), response);
+  return ::grpc::Status::OK;
+}
+
+::grpc::Status ExpertWorkerServer::NegotiateTransport(::grpc::ServerContext* context,
+                                                      const pb::NegotiateTransportRequest* request,
+                                                      pb::NegotiateTransportResponse* response) {
+  if (absl::Status s = authorizer_(*context); !s.ok()) return common::rpc::ToGrpcStatus(s);
+  auto grpc_only = [response](absl::string_view reason) {
+    response->mutable_grpc()->set_reason(std::string(reason));
+    return ::grpc::Status::OK;
+  };
+  const bool wants_shm = std::find(request->accept().begin(), request->accept().end(),
+                                   pb::TRANSPORT_KIND_SHARED_MEMORY) != request->accept().end();
+  if (!wants_shm) return grpc_only("the caller accepts gRPC only");
+  if (shm_ == nullptr) return grpc_only("shared memory is disabled on this worker (shm.enabled)");
+  if (!boot_id_.empty() && !request->boot_id().empty() && request->boot_id() != boot_id_) {
+    return grpc_only("the caller runs on another host");
+  }
+  absl::StatusOr<ShmServer::Offer> offer = shm_->IssueTicket();
+  if (!offer.ok()) return grpc_only(offer.status().message());
+  pb::SharedMemoryTransport* t = response->mutable_shared_memory();
+  t->set_socket_path(offer->socket_path);
+  t->set_ticket(offer->ticket);
+  t->set_ring_bytes(offer->ring_bytes);
+  t->set_worker_pid(static_cast<uint32_t>(getpid()));
   return ::grpc::Status::OK;
 }
 

@@ -3,6 +3,7 @@
 // copy) and writes the outputs straight into the response's bytes.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/config/schema.h"
@@ -10,18 +11,21 @@
 #include "common/metrics/metrics_server.h"
 #include "moe/expert_worker/v1/expert_worker.grpc.pb.h"
 #include "services/expert-worker/core/expert_worker_core.h"
+#include "services/expert-worker/core/shm_server.h"
 
 namespace moe::expert_worker {
 
 // Everything main.cc reads from --config / --set.
 struct ExpertWorkerOptions {
   ExpertWorkerCoreOptions core;
+  ShmServerOptions shm;  // the shared-memory data plane for co-located routers
   common::rpc::ServerOptions grpc;
   common::metrics::MetricsServerOptions metrics;
   std::string log_level = "info";
 
   static void Describe(common::config::Schema<ExpertWorkerOptions>& s) {
     s.Section("core", &ExpertWorkerOptions::core);
+    s.Section("shm", &ExpertWorkerOptions::shm);
     s.Section("grpc", &ExpertWorkerOptions::grpc);
     s.Section("metrics", &ExpertWorkerOptions::metrics);
     s.Add("log_level", &ExpertWorkerOptions::log_level, "trace|debug|info|warn|error|off");
@@ -45,12 +49,31 @@ struct ExpertWorkerOptions {
 // `moe bench rpc`.) LoadExperts / UnloadExperts stay synchronous (rare and slow: they map and
 // warm up weights) on gRPC's sync-server threads.
 //
-// Thread-safe (gRPC threads call it). Borrows `core`.
+// NegotiateTransport offers shared memory (a ticket from the ShmServer) to callers that the
+// authorizer admits and that run on this host (same boot id), gRPC otherwise.
+//
+// Thread-safe (gRPC threads call it) once configured: EnableSharedMemory and
+// SetTransportAuthorizer only before the server starts. Borrows `core` (and the ShmServer).
 class ExpertWorkerServer final
     : public moe::expert_worker::v1::ExpertWorker::WithCallbackMethod_RunExperts<
           moe::expert_worker::v1::ExpertWorker::Service> {
  public:
+  // Who may have a data plane other than RunExperts on this channel: the security issue's hook
+  // (it will check the caller's identity from the context). OK admits; an error is returned to
+  // the caller as is (PERMISSION_DENIED).
+  using TransportAuthorizer = std::function<absl::Status(const ::grpc::ServerContext&)>;
+
   explicit ExpertWorkerServer(ExpertWorkerCore* core) : core_(core) {}
+
+  // Offers `shm`'s regions to callers whose boot id is `boot_id` ("" = do not compare).
+  void EnableSharedMemory(ShmServer& shm, std::string boot_id) {
+    shm_ = &shm;
+    boot_id_ = std::move(boot_id);
+  }
+  // Default: every caller this server accepts (its TLS settings apply to the RPC).
+  void SetTransportAuthorizer(TransportAuthorizer authorizer) {
+    authorizer_ = std::move(authorizer);
+  }
 
   // moe::expert_worker::v1::ExpertWorker::CallbackService
   ::grpc::ServerUnaryReactor* RunExperts(
@@ -64,9 +87,16 @@ class ExpertWorkerServer final
   ::grpc::Status UnloadExperts(::grpc::ServerContext* context,
                                const moe::expert_worker::v1::UnloadExpertsRequest* request,
                                moe::expert_worker::v1::UnloadExpertsResponse* response) override;
+  ::grpc::Status NegotiateTransport(
+      ::grpc::ServerContext* context,
+      const moe::expert_worker::v1::NegotiateTransportRequest* request,
+      moe::expert_worker::v1::NegotiateTransportResponse* response) override;
 
  private:
   ExpertWorkerCore* const core_;
+  ShmServer* shm_ = nullptr;  // null: shared memory off
+  std::string boot_id_;
+  TransportAuthorizer authorizer_ = [](const ::grpc::ServerContext&) { return absl::OkStatus(); };
 };
 
 }  // namespace moe::expert_worker

@@ -1,5 +1,6 @@
 #include "services/expert-worker/expert_worker_server.h"
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -148,6 +149,62 @@ TEST_F(ExpertWorkerServerTest, LoadAndUnloadReportTheResidentSet) {
   }
   EXPECT_EQ(unloaded.resident_size(), 4);
   EXPECT_LT(unloaded.resident_bytes(), loaded.resident_bytes());
+}
+
+// The control plane decides who gets shared memory: only callers the authorizer admits, that
+// ask for it, and that run on this host (same boot id) get a ticket; everyone else keeps gRPC.
+TEST_F(ExpertWorkerServerTest, NegotiateTransportOffersSharedMemoryOnlyToAdmittedCallersHere) {
+  CoreCallHandler handler(*core_);
+  ShmServerOptions shm_options;
+  shm_options.dir = dir_;
+  common::metrics::Registry shm_registry;
+  auto shm = ShmServer::Start(shm_options, handler, shm_registry, common::SystemClock::Get());
+  ASSERT_OK(shm.status());
+  ExpertWorkerServer service(core_.get());
+  service.EnableSharedMemory(**shm, "boot-a");
+  std::atomic<bool> admit{true};
+  service.SetTransportAuthorizer([&admit](const ::grpc::ServerContext&) {
+    return admit.load() ? absl::OkStatus() : absl::PermissionDeniedError("not this caller");
+  });
+  common::rpc::ServerOptions so;
+  so.host = "127.0.0.1";
+  common::rpc::ServerRunner runner(so);
+  runner.AddService(&service);
+  ASSERT_OK(runner.Start());
+  auto channel = common::rpc::CreateChannel(absl::StrCat("127.0.0.1:", runner.port()));
+  ASSERT_OK(channel.status());
+  auto stub = pb::ExpertWorker::NewStub(*channel);
+  auto negotiate = [&stub](bool wants_shm, const std::string& boot_id,
+                           pb::NegotiateTransportResponse* resp) {
+    pb::NegotiateTransportRequest req;
+    if (wants_shm) req.add_accept(pb::TRANSPORT_KIND_SHARED_MEMORY);
+    req.set_boot_id(boot_id);
+    ::grpc::ClientContext ctx;
+    return stub->NegotiateTransport(&ctx, req, resp);
+  };
+
+  pb::NegotiateTransportResponse resp;
+  ASSERT_TRUE(negotiate(true, "boot-a", &resp).ok());
+  ASSERT_EQ(resp.transport_case(), pb::NegotiateTransportResponse::kSharedMemory);
+  EXPECT_EQ(resp.shared_memory().ticket().size(), 16u);
+  EXPECT_EQ(resp.shared_memory().socket_path(), (*shm)->socket_path());
+  EXPECT_EQ(resp.shared_memory().ring_bytes(), static_cast<uint64_t>(shm_options.ring_bytes));
+
+  resp.Clear();
+  ASSERT_TRUE(negotiate(true, "boot-b", &resp).ok());
+  ASSERT_EQ(resp.transport_case(), pb::NegotiateTransportResponse::kGrpc);
+  EXPECT_THAT(resp.grpc().reason(), ::testing::HasSubstr("another host"));
+
+  resp.Clear();
+  ASSERT_TRUE(negotiate(false, "boot-a", &resp).ok());
+  EXPECT_EQ(resp.transport_case(), pb::NegotiateTransportResponse::kGrpc);
+
+  admit = false;
+  resp.Clear();
+  const ::grpc::Status refused = negotiate(true, "boot-a", &resp);
+  EXPECT_EQ(refused.error_code(), ::grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(resp.transport_case(), pb::NegotiateTransportResponse::TRANSPORT_NOT_SET);
+  runner.Shutdown(absl::Now());
 }
 
 }  // namespace

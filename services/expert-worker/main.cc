@@ -1,5 +1,6 @@
 // `expert-worker`: flags -> ExpertWorkerOptions -> Validate -> map the configured experts ->
-// gRPC server (NOT_SERVING) -> warm-up -> SERVING + listening line -> wait for SIGTERM -> drain.
+// gRPC server (NOT_SERVING) + the shared-memory listener -> warm-up -> SERVING + listening line ->
+// wait for SIGTERM -> drain.
 //
 //   expert-worker --set core.model_dir=/models/small --set core.experts=*:0-3 --set grpc.port=0
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "common/kernels/kernels.h"
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/registry.h"
+#include "common/shm/handshake.h"
 #include "services/expert-worker/core/expert_worker_core.h"
 #include "services/expert-worker/expert_worker_server.h"
 
@@ -47,6 +49,19 @@ absl::Status Run(int argc, char** argv) {
   auto core = expert_worker::ExpertWorkerCore::Create(options->core, registry, clock);
   if (!core.ok()) return core.status();
   expert_worker::ExpertWorkerServer service(core->get());
+  // The shared-memory data plane for routers on this host (gRPC stays the fallback).
+  expert_worker::CoreCallHandler shm_handler(**core);
+  std::unique_ptr<expert_worker::ShmServer> shm;
+  if (options->shm.enabled) {
+    auto started = expert_worker::ShmServer::Start(options->shm, shm_handler, registry, clock);
+    if (started.ok()) {
+      shm = std::move(*started);
+      service.EnableSharedMemory(*shm, shm::HostBootId());
+    } else {
+      MOE_LOG_WARN("expert-worker: shared memory off ({}); routers use gRPC",
+                   started.status().ToString());
+    }
+  }
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::expert_worker::v1::ExpertWorker::service_full_name());
   if (absl::Status s = runner.Start(); !s.ok()) return s;
@@ -62,6 +77,7 @@ absl::Status Run(int argc, char** argv) {
   const int signo = common::rpc::WaitForTerminationSignal();
   MOE_LOG_INFO("expert-worker: signal {}, draining", signo);
   runner.Shutdown(clock.Now() + options->grpc.drain_timeout);
+  shm.reset();  // routers see their regions closed
   (*metrics_server)->Stop();
   return absl::OkStatus();
 }

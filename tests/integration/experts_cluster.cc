@@ -5,9 +5,13 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/grpc/channel_factory.h"
+#include "common/http/http_client.h"
 #include "common/process/listening.h"
 #include "grpcpp/client_context.h"
 
@@ -30,6 +34,7 @@ absl::StatusOr<Proc> LaunchService(std::vector<std::string> argv, const std::str
                         absl::StrCat(binary, ": no listening line: ", p.child->Stderr()));
   }
   p.grpc_port = *ports->grpc;
+  p.metrics_port = ports->metrics.value_or(0);
   // Services print nothing else on stdout; drained all the same, so none can block on it.
   p.child->DrainStdout();
   return p;
@@ -37,19 +42,19 @@ absl::StatusOr<Proc> LaunchService(std::vector<std::string> argv, const std::str
 
 absl::StatusOr<Proc> StartWorker(const std::string& model_dir,
                                  const std::vector<std::string>& experts, int port,
-                                 const std::string& log_path) {
+                                 const std::string& log_path, const std::string& shm_dir) {
   return LaunchService(
       {BinPath("expert-worker"), "--set", "core.model_dir=" + model_dir, "--set",
        "core.experts=" + absl::StrJoin(experts, ","), "--set", "grpc.host=127.0.0.1", "--set",
        absl::StrCat("grpc.port=", port), "--set", "metrics.host=127.0.0.1", "--set",
-       "metrics.port=0", "--set", "grpc.drain_timeout=1s"},
+       "metrics.port=0", "--set", "grpc.drain_timeout=1s", "--set", "shm.dir=" + shm_dir},
       log_path);
 }
 
 absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
                                  const std::vector<std::string>& workers,
                                  const std::vector<std::string>& placement, int replicas,
-                                 const std::string& dir) {
+                                 const std::string& dir, const std::string& transport) {
   static int n = 0;
   const std::string config = absl::StrCat(dir, "/router", ++n, ".yaml");
   std::ofstream f(config);
@@ -58,7 +63,7 @@ absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
     << "metrics:\n  host: 127.0.0.1\n  port: 0\n";
   if (!workers.empty()) {
     f << "experts:\n  replicas: " << replicas << "\n  call_timeout: 2s\n"
-      << "  probe_interval: 100ms\n  workers:\n";
+      << "  probe_interval: 100ms\n  transport: " << transport << "\n  workers:\n";
     for (const auto& w : workers) f << "    - \"" << w << "\"\n";
     if (!placement.empty()) {
       f << "  placement:\n";
@@ -68,6 +73,18 @@ absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
   f.close();
   return LaunchService({BinPath("router"), "--config", config},
                        absl::StrCat(dir, "/router", n, ".log"));
+}
+
+double Metric(const Proc& proc, const std::string& sample) {
+  auto r = common::http::HttpCall(proc.metrics_port, "GET", "/metrics");
+  if (!r || r->status != 200) return -1;
+  for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+    if (absl::StartsWith(line, sample + " ")) {
+      double v = -1;
+      if (absl::SimpleAtod(line.substr(sample.size() + 1), &v)) return v;
+    }
+  }
+  return -1;
 }
 
 std::unique_ptr<moe::router::v1::Router::Stub> RouterStub(const std::string& address) {

@@ -16,6 +16,7 @@ namespace moe::testing {
 struct Proc {
   std::unique_ptr<common::process::ChildProcess> child;
   int grpc_port = 0;
+  int metrics_port = 0;
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
 };
 
@@ -27,16 +28,22 @@ std::string BinPath(const std::string& name);
 absl::StatusOr<Proc> LaunchService(std::vector<std::string> argv, const std::string& log_path);
 
 // Starts `expert-worker` holding `experts` (specs, e.g. {"*:0-7"}) on `port` (0 = any) and waits
-// for its listening line (printed once warmed up and SERVING).
+// for its listening line (printed once warmed up and SERVING). Its shared-memory socket goes in
+// `shm_dir` (a short path: Unix socket paths stay under 108 bytes).
 absl::StatusOr<Proc> StartWorker(const std::string& model_dir,
                                  const std::vector<std::string>& experts, int port,
-                                 const std::string& log_path);
+                                 const std::string& log_path, const std::string& shm_dir);
 
-// Starts `router` with experts on `workers` and `placement` specs (empty workers = embedded).
+// Starts `router` with experts on `workers` and `placement` specs (empty workers = embedded),
+// reaching them over `transport` (experts.transport: auto, grpc or shm).
 absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
                                  const std::vector<std::string>& workers,
                                  const std::vector<std::string>& placement, int replicas,
-                                 const std::string& dir);
+                                 const std::string& dir, const std::string& transport = "auto");
+
+// The value of one sample of `proc`'s /metrics, e.g. Metric(p,
+// "moe_expert_calls_total{transport=\"shm\",worker=\"0\"}"); -1 when absent.
+double Metric(const Proc& proc, const std::string& sample);
 
 struct GenerateResult {
   std::vector<int32_t> tokens;

@@ -1,5 +1,7 @@
 // Disaggregated experts end to end: 1 router + 3 expert-worker processes on loopback
-// against the embedded engine (a router process without workers), on the tiny preset.
+// against the embedded engine (a router process without workers), on the tiny preset. The
+// placement, kill -9 and no-replica cases run over both data planes (gRPC, shared memory);
+// recalibration and the coordinator over the default (auto: shared memory on one host).
 #include "tests/integration/experts_cluster.h"
 
 #include <signal.h>
@@ -72,14 +74,15 @@ std::vector<double> MeasuredBalancedness(const WorkerTokens& from, const WorkerT
 
 class ExpertsClusterTest : public ::testing::Test {
  protected:
+  // Once per binary (both fixtures share the models).
   static void SetUpTestSuite() {
-    dir_ = new std::string(common::testing::MakeTempDir("experts_cluster_test"));
+    if (dir_ != nullptr) return;
+    dir_ = new std::string(common::testing::MakeTempDir("experts_cluster"));
     model::MakeModelOptions make;
     ASSERT_OK(model::MakeModel(make, *dir_ + "/tiny"));
     make.gate_skew = 1.2;
     ASSERT_OK(model::MakeModel(make, *dir_ + "/skewed"));
   }
-  static void TearDownTestSuite() { delete dir_; }
 
   std::string Model(const std::string& name) { return *dir_ + "/" + name; }
 
@@ -89,7 +92,7 @@ class ExpertsClusterTest : public ::testing::Test {
     std::vector<Proc> out;
     for (size_t i = 0; i < experts.size(); ++i) {
       auto w = StartWorker(model, experts[i], ports.empty() ? 0 : ports[i],
-                           absl::StrCat(*dir_, "/worker", i, "_", ++launches_, ".log"));
+                           absl::StrCat(*dir_, "/worker", i, "_", ++launches_, ".log"), *dir_);
       EXPECT_OK(w.status());
       if (w.ok()) out.push_back(std::move(*w));
     }
@@ -119,7 +122,30 @@ class ExpertsClusterTest : public ::testing::Test {
 };
 std::string* ExpertsClusterTest::dir_ = nullptr;
 
-TEST_F(ExpertsClusterTest, SameGreedyTokensAsEmbeddedForEveryPlacement) {
+// The same cases over each data plane: experts.transport grpc, or shm (required).
+class ExpertsClusterTransportTest : public ExpertsClusterTest,
+                                    public ::testing::WithParamInterface<std::string> {
+ protected:
+  absl::StatusOr<Proc> Router(const std::string& model, const std::vector<Proc>& workers,
+                              const std::vector<std::string>& placement, int replicas) {
+    return StartRouter(model, Addresses(workers), placement, replicas, *dir_, GetParam());
+  }
+  // The router sent its calls to worker `w` over the parameter's transport only.
+  void ExpectTransport(const Proc& router, int w) {
+    const std::string other = GetParam() == "shm" ? "grpc" : "shm";
+    auto sample = [&](const std::string& t) {
+      return Metric(
+          router, absl::StrCat("moe_expert_calls_total{transport=\"", t, "\",worker=\"", w, "\"}"));
+    };
+    EXPECT_GT(sample(GetParam()), 0) << "worker " << w;
+    EXPECT_EQ(sample(other), 0) << "worker " << w;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, ExpertsClusterTransportTest, ::testing::Values("grpc", "shm"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(ExpertsClusterTransportTest, SameGreedyTokensAsEmbeddedForEveryPlacement) {
   const auto prompts = MakePrompts(6, 7, kVocab, 1);
   const auto want = Reference(Model("tiny"), prompts, 12);
   std::vector<Proc> workers = StartWorkers(Model("tiny"), {{"*:0-7"}, {"*:0-7"}, {"*:0-7"}});
@@ -134,22 +160,25 @@ TEST_F(ExpertsClusterTest, SameGreedyTokensAsEmbeddedForEveryPlacement) {
       {{"*:0-3=0", "*:4-7=1,2", "0:0=2", "1:5=0"}, 1},  // mixed, some replicated
   };
   for (const Case& c : cases) {
-    auto router = StartRouter(Model("tiny"), Addresses(workers), c.placement, c.replicas, *dir_);
+    auto router = Router(Model("tiny"), workers, c.placement, c.replicas);
     ASSERT_OK(router.status());
     const auto got = GenerateAll(router->address(), prompts, 12);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(got[i].finish_reason, rpb::FINISH_REASON_LENGTH) << got[i].error_message;
       EXPECT_EQ(got[i].tokens, want[i]) << "prompt " << i << " replicas " << c.replicas;
     }
+    if (c.replicas == 3) {
+      for (int w = 0; w < 3; ++w) ExpectTransport(*router, w);
+    }
   }
 }
 
-TEST_F(ExpertsClusterTest, KillingAWorkerWithReplicasLosesNoStream) {
+TEST_P(ExpertsClusterTransportTest, KillingAWorkerWithReplicasLosesNoStream) {
   const auto prompts = MakePrompts(32, 5, kVocab, 2);
   const auto want = Reference(Model("tiny"), prompts, 24);
   std::vector<Proc> workers = StartWorkers(Model("tiny"), {{"*:0-7"}, {"*:0-7"}, {"*:0-7"}});
   ASSERT_EQ(workers.size(), 3u);
-  auto router = StartRouter(Model("tiny"), Addresses(workers), {}, 2, *dir_);
+  auto router = Router(Model("tiny"), workers, {}, 2);
   ASSERT_OK(router.status());
   std::atomic<int> messages{0};
   std::atomic<bool> killed{false};
@@ -162,9 +191,10 @@ TEST_F(ExpertsClusterTest, KillingAWorkerWithReplicasLosesNoStream) {
     EXPECT_EQ(got[i].finish_reason, rpb::FINISH_REASON_LENGTH) << got[i].error_message;
     EXPECT_EQ(got[i].tokens, want[i]) << "stream " << i;
   }
+  ExpectTransport(*router, 0);
 }
 
-TEST_F(ExpertsClusterTest, WithoutAReplicaOnlyAffectedSequencesFailAndTheRouterRecovers) {
+TEST_P(ExpertsClusterTransportTest, WithoutAReplicaOnlyAffectedSequencesFailAndTheRouterRecovers) {
   const auto prompts = MakePrompts(32, 2, kVocab, 3);
   const auto want = Reference(Model("skewed"), prompts, 2);
   const std::vector<int> ports = {common::testing::PickFreePort(), common::testing::PickFreePort(),
@@ -175,7 +205,7 @@ TEST_F(ExpertsClusterTest, WithoutAReplicaOnlyAffectedSequencesFailAndTheRouterR
   // Find the coldest expert of the skewed model on these prompts (all layers together).
   int cold = 0;
   {
-    auto probe = StartRouter(Model("skewed"), Addresses(workers), {}, 3, *dir_);
+    auto probe = Router(Model("skewed"), workers, {}, 3);
     ASSERT_OK(probe.status());
     GenerateAll(probe->address(), prompts, 2);
     grpc::ClientContext ctx;
@@ -192,7 +222,7 @@ TEST_F(ExpertsClusterTest, WithoutAReplicaOnlyAffectedSequencesFailAndTheRouterR
   // The cold expert lives only on worker 2, which dies.
   std::vector<std::string> placement;
   for (int e = 0; e < 8; ++e) placement.push_back(absl::StrCat("*:", e, e == cold ? "=2" : "=0,1"));
-  auto router = StartRouter(Model("skewed"), Addresses(workers), placement, 1, *dir_);
+  auto router = Router(Model("skewed"), workers, placement, 1);
   ASSERT_OK(router.status());
   workers[2].child->Signal(SIGKILL);
   ASSERT_OK(workers[2].child->Wait(absl::Seconds(10)).status());
@@ -214,7 +244,7 @@ TEST_F(ExpertsClusterTest, WithoutAReplicaOnlyAffectedSequencesFailAndTheRouterR
   EXPECT_LT(failed, 32) << "expert " << cold;
 
   // The worker comes back on its port: the router probes it healthy and every stream works.
-  auto back = StartWorker(Model("skewed"), {"*:0-7"}, ports[2], *dir_ + "/worker2_back.log");
+  auto back = StartWorker(Model("skewed"), {"*:0-7"}, ports[2], *dir_ + "/worker2_back.log", *dir_);
   ASSERT_OK(back.status());
   const absl::Time deadline = absl::Now() + absl::Seconds(15);
   std::vector<GenerateResult> again;
@@ -226,6 +256,7 @@ TEST_F(ExpertsClusterTest, WithoutAReplicaOnlyAffectedSequencesFailAndTheRouterR
   }
   ASSERT_TRUE(all_ok);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(again[i].tokens, want[i]) << i;
+  ExpectTransport(*router, 2);  // the restarted worker: renegotiated
 }
 
 TEST_F(ExpertsClusterTest, LiveRecalibrationFailsNoRequestAndRaisesMeasuredBalancedness) {

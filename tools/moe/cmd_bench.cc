@@ -32,6 +32,7 @@ int RunBench(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   }
   bench::SuiteOptions o;
   o.preset = args->GetOr("preset", o.preset);
+  o.preset_given = args->Has("preset");
   o.model_dir = args->GetOr("model", "");
   o.arch = args->GetOr("arch", o.arch);
   o.dtype = args->GetOr("dtype", o.dtype);

@@ -4,7 +4,7 @@
 //   model_dir: /path/to/checkpoint
 //   gateway: {port: 8000, args: ["--set", "limits.max_in_flight=64"]}
 //   router: {replicas: 2, args: ["--set", "core.num_threads=2"]}
-//   expert_worker: {replicas: 2}   # default 0: experts run inside the routers
+//   expert_worker: {replicas: 0}   # default 2 (over shared memory); 0: experts in the routers
 //   kv_store: {replicas: 1}        # the shared L2/L3 KV tiers (0: routers use L1 only)
 //   data_dir: /var/tmp/moe         # where the kv-store keeps L3 (default <repo>/.moe-data)
 #pragma once
@@ -37,7 +37,9 @@ struct UpOptions {
   absl::Duration ready_timeout = absl::Seconds(180);  // from the first start to all ready
   absl::Duration stop_timeout = absl::Seconds(30);    // per process: SIGTERM, then SIGKILL
   // One field per ServiceSpec of Topology() (its `options`), with that kind's defaults.
-  ServiceOptions expert_worker{.replicas = 0, .args = {}, .port = 0};  // 0: experts in-process
+  // The design's shape by default: experts on two workers, reached over shared memory
+  // (README "Measured figures"); 0 runs the experts inside the routers.
+  ServiceOptions expert_worker{.replicas = 2, .args = {}, .port = 0};
   ServiceOptions kv_store;  // one kv-store the routers share
   ServiceOptions router;
   ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};

@@ -30,6 +30,11 @@ absl::StatusOr<bool> HttpReady(const UpContext& c, const ListeningPorts& ports) 
   return r && r->status == 200;
 }
 
+int Cores(const UpContext& c) {
+  return c.host_cores > 0 ? c.host_cores
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 std::vector<ServiceSpec> MakeTopology() {
   std::vector<ServiceSpec> specs;
   specs.push_back({
@@ -38,10 +43,12 @@ std::vector<ServiceSpec> MakeTopology() {
       .options = &UpOptions::expert_worker,
       .flags =
           [](const UpContext& c, int) {
-            // Every worker holds every expert; routers spread calls over the replicas.
+            // Every worker holds every expert; routers spread calls over the replicas. Routers
+            // on this host reach it over shared memory (NegotiateTransport; shm.* defaults).
             return std::vector<std::string>{
                 "--set", "core.model_dir=" + c.model_dir,
                 "--set", absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)),
+                "--set", absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads),
                 "--set", "grpc.host=" + c.options.host,
                 "--set", "grpc.port=0",
                 "--set", "metrics.host=" + c.options.host,
@@ -87,15 +94,15 @@ std::vector<ServiceSpec> MakeTopology() {
             }
             const std::vector<std::string> workers =
                 c.Addresses("expert_worker", &ListeningPorts::grpc);
+            flags.push_back("--set");
+            flags.push_back(absl::StrCat("core.num_threads=", PlanThreads(c).router_threads));
             if (!workers.empty()) {
               flags.push_back("--set");
               flags.push_back("experts.workers=" + absl::StrJoin(workers, ","));
-              // Router and workers share this machine's cores: micro-batch ping-pong only adds
-              // contention when there are none to spare (0.83-0.89x on 2 vCPUs, README).
-              if (std::thread::hardware_concurrency() < 4) {
-                flags.push_back("--set");
-                flags.push_back("core.micro_batches=1");
-              }
+              // Router and workers share this machine's cores and take turns on them; ping-pong
+              // would run both at once (more compute threads than cores).
+              flags.push_back("--set");
+              flags.push_back("core.micro_batches=1");
             }
             return flags;
           },
@@ -135,6 +142,16 @@ std::vector<std::string> UpContext::Addresses(
     }
   }
   return out;
+}
+
+ThreadPlan PlanThreads(const UpContext& c) {
+  const int cores = Cores(c);
+  const int routers = std::max(1, c.options.router.replicas);
+  const int workers = c.options.expert_worker.replicas;
+  ThreadPlan plan;
+  plan.router_threads = std::max(1, cores / routers);
+  plan.worker_threads = workers > 0 ? std::max(1, cores / workers) : 1;
+  return plan;
 }
 
 const std::vector<ServiceSpec>& Topology() {

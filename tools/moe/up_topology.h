@@ -25,6 +25,7 @@ struct UpContext {
   std::string model_dir;  // absolute
   std::string data_dir;   // absolute: the kv-stores' L3 directories go below it
   int num_experts = 0;    // routed experts per MoE layer (config.json)
+  int host_cores = 0;     // cores the cluster shares; 0 = std::thread::hardware_concurrency()
 
   struct Started {
     std::string service;  // its ServiceSpec's name
@@ -52,5 +53,16 @@ struct ServiceSpec {
 
 // In start order; stopped in reverse (the gateway drains first).
 const std::vector<ServiceSpec>& Topology();
+
+// Compute threads per process so that the processes of this host do not oversubscribe its C
+// cores: with expert workers, routers and workers take turns (micro-batch ping-pong off: a
+// router waits asleep while the workers compute its layer, and they wait while it computes), so
+// each router gets C / routers threads and each worker C / workers, at least 1. Without
+// workers, each router C / routers.
+struct ThreadPlan {
+  int router_threads = 1;  // core.num_threads of each router
+  int worker_threads = 1;  // core.threads_per_call of each expert worker
+};
+ThreadPlan PlanThreads(const UpContext& c);
 
 }  // namespace moe::cli

@@ -2,6 +2,7 @@
 #include "tools/moe/up_topology.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_join.h"
@@ -83,6 +84,34 @@ TEST(UpTopologyTest, RoutersAreToldAboutStartedWorkersAndTheGatewayAboutRouters)
   EXPECT_THAT(gateway, Contains("routing.routers=127.0.0.1:6001,127.0.0.1:6002"));
   EXPECT_THAT(gateway, Contains("http.port=8000"));
   EXPECT_THAT(gateway, Contains("model_dir=/m"));
+}
+
+TEST(UpTopologyTest, ComputeThreadsNeverOversubscribeTheHost) {
+  UpContext c;
+  c.model_dir = "/m";
+  c.num_experts = 8;
+  // The default: 1 router, 2 workers taking turns with it on every core.
+  for (const auto& [cores, router, worker] :
+       std::vector<std::tuple<int, int, int>>{{1, 1, 1}, {2, 2, 1}, {4, 4, 2}, {16, 16, 8}}) {
+    c.host_cores = cores;
+    const ThreadPlan plan = PlanThreads(c);
+    EXPECT_EQ(plan.router_threads, router) << cores;
+    EXPECT_EQ(plan.worker_threads, worker) << cores;
+  }
+  c.host_cores = 16;
+  c.options.router.replicas = 2;
+  c.options.expert_worker.replicas = 4;
+  EXPECT_EQ(PlanThreads(c).router_threads, 8);
+  EXPECT_EQ(PlanThreads(c).worker_threads, 4);
+  EXPECT_THAT(Spec("expert_worker").flags(c, 0), Contains("core.threads_per_call=4"));
+  c.started.push_back({"expert_worker", {.grpc = 5001, .metrics = 5002}});
+  const std::vector<std::string> router = Spec("router").flags(c, 0);
+  EXPECT_THAT(router, Contains("core.num_threads=8"));
+  EXPECT_THAT(router, Contains("core.micro_batches=1"));
+}
+
+TEST(UpTopologyTest, DefaultsToTwoExpertWorkers) {
+  EXPECT_EQ(UpOptions().expert_worker.replicas, 2);
 }
 
 }  // namespace

@@ -28,7 +28,10 @@
 -}}
 {{- $workers := include "moe.expertWorkers" . | fromJsonArray -}}
 {{- if $workers -}}
-{{- $_ := set $base "experts" (dict "workers" $workers "placement" (include "moe.placement" . | fromJsonArray) "utilisation_threshold" $v.placement.utilisationThreshold) -}}
+{{- /* Sidecar workers share the pod's memory emptyDir at /dev/shm: shared memory, required
+     (a sidecar that does not offer it counts as down); pools in other pods: gRPC. */ -}}
+{{- $transport := ternary "shm" "grpc" (and $v.routers.sidecarExperts true) -}}
+{{- $_ := set $base "experts" (dict "workers" $workers "placement" (include "moe.placement" . | fromJsonArray) "utilisation_threshold" $v.placement.utilisationThreshold "transport" $transport) -}}
 {{- end -}}
 {{- if $v.kvStore.enabled -}}
 {{- $_ := set $base "kv_store" (dict "targets" (include "moe.kvStoreAddresses" . | fromJsonArray) "lossy_int8" ($v.numerics.lossyKv | default false) "response_cache" ($v.kvStore.responseCache | default false)) -}}
@@ -51,6 +54,7 @@
 {{- end -}}
 {{- $base := dict
   "core" (dict "model_dir" (include "moe.modelDir" .root) "experts" .pool.experts "activations" $v.numerics.activations)
+  "shm" (dict "enabled" (and $v.routers.sidecarExperts true) "dir" "/dev/shm")
   "grpc" (dict "host" $host "port" $grpcPort)
   "metrics" (dict "host" "0.0.0.0" "port" $metricsPort)
   "log_level" $v.logLevel

@@ -152,11 +152,17 @@ ResidentSet ExpertWorkerCore::resident() const { return impl_->resident(); }
 const model::ModelConfig& ExpertWorkerCore::config() const { return impl_->config(); }
 kernels::Activations ExpertWorkerCore::activations() const { return impl_->activations(); }
 
+absl::Status ExpertWorkerCore::CheckActivations(kernels::Activations caller) const {
+  if (caller == activations()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the caller computes with ", kernels::ActivationsName(caller),
+                   " activations and this worker with ", kernels::ActivationsName(activations()),
+                   ": core.activations must be the same on every process of the cluster"));
+}
+
 ExpertWorkerCore::Impl::Impl(const ExpertWorkerCoreOptions& options, common::Clock& clock,
                              common::metrics::Registry& registry)
-    : options_(options),
-      clock_(clock),
-      metrics_(registry) {}
+    : options_(options), clock_(clock), metrics_(registry) {}
 
 absl::Status ExpertWorkerCore::Impl::Init(const std::vector<ExpertKey>& keys) {
   model::LoadOptions load = model::LoadOptions::OnlyExperts(keys);

@@ -147,6 +147,9 @@ class ExpertWorkerCore {
   const model::ModelConfig& config() const;
   // The numerics mode every call must come with (options.activations).
   kernels::Activations activations() const;
+  // OK when a caller computing with `caller` activations may use this worker; INVALID_ARGUMENT
+  // naming core.activations otherwise (every transport refuses such a call the same way).
+  absl::Status CheckActivations(kernels::Activations caller) const;
 
  private:
   class Impl;  // the resident set, the slots, their threads and queue (expert_worker_core.cc)

@@ -62,16 +62,21 @@ LoadTracker::Bucket& LoadTracker::CurrentLocked() {
   return buckets_.back();
 }
 
-void LoadTracker::RecordExpertTokens(absl::Span<const int64_t> tokens) {
+void LoadTracker::RecordLayerTokens(int32_t layer, absl::Span<const ExpertTokens> tokens) {
+  if (layer < 0 || layer >= num_layers_) return;
+  const size_t base = static_cast<size_t>(layer) * num_experts_;
   {
     absl::MutexLock lock(&mu_);
     Bucket& b = CurrentLocked();
-    const size_t n = std::min(tokens.size(), b.experts.size());
-    for (size_t i = 0; i < n; ++i) b.experts[i] += static_cast<uint64_t>(tokens[i]);
+    for (const ExpertTokens& t : tokens) {
+      if (t.expert_id < 0 || t.expert_id >= num_experts_ || t.tokens <= 0) continue;
+      b.experts[base + t.expert_id] += static_cast<uint64_t>(t.tokens);
+    }
   }
   if (!metrics_.expert_tokens.empty()) {
-    for (size_t i = 0; i < std::min(tokens.size(), metrics_.expert_tokens.size()); ++i) {
-      if (tokens[i] > 0) metrics_.expert_tokens[i]->Increment(static_cast<double>(tokens[i]));
+    for (const ExpertTokens& t : tokens) {
+      if (t.expert_id < 0 || t.expert_id >= num_experts_ || t.tokens <= 0) continue;
+      metrics_.expert_tokens[base + t.expert_id]->Increment(static_cast<double>(t.tokens));
     }
   }
 }

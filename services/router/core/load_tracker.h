@@ -25,6 +25,12 @@
 
 namespace moe::router {
 
+// Tokens routed to one expert of a layer by one call.
+struct ExpertTokens {
+  int32_t expert_id = 0;
+  int64_t tokens = 0;
+};
+
 struct LoadWindow {
   absl::Duration span;  // actually covered, <= the requested span
   int32_t num_layers = 0;
@@ -59,8 +65,9 @@ class LoadTracker {
               common::metrics::Registry& registry, absl::Duration bucket = absl::Seconds(1),
               absl::Duration history = absl::Minutes(15));
 
-  // Adds one step's tokens per (layer, expert), [num_layers * num_experts].
-  void RecordExpertTokens(absl::Span<const int64_t> tokens);
+  // Adds the tokens one expert call of `layer` routed to each of its experts: work of the order
+  // of the call (its experts), whatever the model's size. Out-of-range ids are ignored.
+  void RecordLayerTokens(int32_t layer, absl::Span<const ExpertTokens> tokens);
   // Adds tokens worker `worker_id` processed on `layer`.
   void RecordWorkerTokens(int32_t layer, int32_t worker_id, int64_t tokens);
 

@@ -17,9 +17,11 @@ class LoadTrackerTest : public ::testing::Test {
 };
 
 TEST_F(LoadTrackerTest, WindowSumsOnlyRecentBuckets) {
-  tracker_.RecordExpertTokens(std::vector<int64_t>{1, 0, 0, 0, 0, 2});
+  tracker_.RecordLayerTokens(0, {{0, 1}});
+  tracker_.RecordLayerTokens(1, {{2, 2}});
   clock_.Advance(absl::Seconds(5));
-  tracker_.RecordExpertTokens(std::vector<int64_t>{0, 3, 0, 0, 0, 1});
+  tracker_.RecordLayerTokens(0, {{1, 3}});
+  tracker_.RecordLayerTokens(1, {{2, 1}});
   EXPECT_EQ(tracker_.Window(absl::Seconds(2)).expert_tokens,
             (std::vector<uint64_t>{0, 3, 0, 0, 0, 1}));
   EXPECT_EQ(tracker_.Window(absl::Seconds(10)).expert_tokens,
@@ -28,9 +30,9 @@ TEST_F(LoadTrackerTest, WindowSumsOnlyRecentBuckets) {
 }
 
 TEST_F(LoadTrackerTest, ForgetsPastTheHistory) {
-  tracker_.RecordExpertTokens(std::vector<int64_t>{4, 0, 0, 0, 0, 0});
+  tracker_.RecordLayerTokens(0, {{0, 4}});
   clock_.Advance(absl::Seconds(20));
-  tracker_.RecordExpertTokens(std::vector<int64_t>{0, 0, 1, 0, 0, 0});
+  tracker_.RecordLayerTokens(0, {{2, 1}});
   const LoadWindow w = tracker_.Window(absl::Hours(1));
   EXPECT_EQ(w.expert_tokens, (std::vector<uint64_t>{0, 0, 1, 0, 0, 0}));
   EXPECT_EQ(w.span, absl::Seconds(10));
@@ -50,7 +52,7 @@ TEST_F(LoadTrackerTest, MeasuredBalancednessIsMeanOverMaxOfWorkers) {
 
 TEST_F(LoadTrackerTest, ExportsTheHottestExpertsOfEachLayer) {
   // Layer 0: expert 2 then 0 (1 unused); layer 1: nothing routed, so no hot series.
-  tracker_.RecordExpertTokens(std::vector<int64_t>{1, 0, 3, 0, 0, 0});
+  tracker_.RecordLayerTokens(0, {{0, 1}, {2, 3}});
   tracker_.UpdateBalancednessGauges(absl::Seconds(5), {});
   EXPECT_EQ(registry_.Value("moe_expert_hot_id", {{"layer", "0"}, {"rank", "1"}}).value(), 2);
   EXPECT_DOUBLE_EQ(registry_.Value("moe_expert_hot_share", {{"layer", "0"}, {"rank", "1"}}).value(),
@@ -63,8 +65,15 @@ TEST_F(LoadTrackerTest, ExportsTheHottestExpertsOfEachLayer) {
   EXPECT_FALSE(registry_.Value("moe_expert_hot_id", {{"layer", "1"}, {"rank", "1"}}).ok());
 }
 
+TEST_F(LoadTrackerTest, IgnoresIdsOutsideTheModel) {
+  tracker_.RecordLayerTokens(0, {{-1, 5}, {3, 5}, {1, 2}});
+  tracker_.RecordLayerTokens(2, {{0, 9}});
+  EXPECT_EQ(tracker_.Window(absl::Seconds(5)).expert_tokens,
+            (std::vector<uint64_t>{0, 2, 0, 0, 0, 0}));
+}
+
 TEST_F(LoadTrackerTest, ExportsPerExpertCounters) {
-  tracker_.RecordExpertTokens(std::vector<int64_t>{0, 0, 0, 0, 6, 0});
+  tracker_.RecordLayerTokens(1, {{1, 6}});
   EXPECT_EQ(registry_.Value("moe_expert_tokens_total", {{"layer", "1"}, {"expert", "1"}}).value(),
             6);
 }
