@@ -30,7 +30,10 @@ endif()
 message(STATUS "moe: CUDA parts ${MOE_HAVE_CUDA}, NCCL ${MOE_HAVE_NCCL}")
 
 # A gpu-labelled test binary that tests/gpu/pack.sh copies to a device machine with the shared
-# libraries it needs beside it: it finds them through RPATH $ORIGIN.
+# libraries it needs beside it: it finds them through RPATH $ORIGIN. An old-style DT_RPATH
+# (--disable-new-dtags), because DT_RUNPATH would serve only the binary's direct dependencies,
+# not the libraries those load in turn (libabsl_synchronization -> libabsl_spinlock_wait).
 function(moe_gpu_test_rpath target)
   set_property(TARGET ${target} APPEND PROPERTY BUILD_RPATH "\$ORIGIN")
+  target_link_options(${target} PRIVATE -Wl,--disable-new-dtags)
 endfunction()
