@@ -33,23 +33,22 @@ namespace {
 
 namespace cu = kernels::cuda;
 
-#define BENCH_CHECK(expr)                                                          \
-  do {                                                                             \
-    const auto moe_bench_s_ = (expr);                                              \
-    if (!moe_bench_s_.ok()) {                                                      \
-      std::fprintf(stderr, "moe_gpu_bench: %s: %s\n", #expr,                       \
-                   std::string(moe_bench_s_.message()).c_str());                   \
-      std::exit(1);                                                                \
-    }                                                                              \
+#define BENCH_CHECK(expr)                                        \
+  do {                                                           \
+    const auto moe_bench_s_ = (expr);                            \
+    if (!moe_bench_s_.ok()) {                                    \
+      std::fprintf(stderr, "moe_gpu_bench: %s: %s\n", #expr,     \
+                   std::string(moe_bench_s_.message()).c_str()); \
+      std::exit(1);                                              \
+    }                                                            \
   } while (0)
-#define CUDA_CHECK(expr)                                                           \
-  do {                                                                             \
-    const cudaError_t moe_bench_e_ = (expr);                                       \
-    if (moe_bench_e_ != cudaSuccess) {                                             \
-      std::fprintf(stderr, "moe_gpu_bench: %s: %s\n", #expr,                       \
-                   cudaGetErrorString(moe_bench_e_));                              \
-      std::exit(1);                                                                \
-    }                                                                              \
+#define CUDA_CHECK(expr)                                                                        \
+  do {                                                                                          \
+    const cudaError_t moe_bench_e_ = (expr);                                                    \
+    if (moe_bench_e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "moe_gpu_bench: %s: %s\n", #expr, cudaGetErrorString(moe_bench_e_)); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
   } while (0)
 
 cu::DeviceBuffer Alloc(size_t bytes) {
@@ -110,16 +109,22 @@ void ExpertGemm(BenchReport& report, bool quick) {
   for (int64_t e = 0; e < experts; ++e) slots[e] = static_cast<int32_t>(experts - 1 - e);
   const auto d_off = Upload(offsets), d_slot = Upload(slots);
   const auto act = Alloc(m * inter * 4), y = Alloc(m * hidden * 4);
-  const cu::GroupedFfnParams p{.hidden = hidden, .inter = inter,
-                               .num_groups = static_cast<int32_t>(experts), .total_rows = m,
-                               .offsets = d_off.as<int32_t>(), .group_slot = d_slot.as<int32_t>(),
-                               .gate = gate.as<uint16_t>(), .up = up.as<uint16_t>(),
+  const cu::GroupedFfnParams p{.hidden = hidden,
+                               .inter = inter,
+                               .num_groups = static_cast<int32_t>(experts),
+                               .total_rows = m,
+                               .offsets = d_off.as<int32_t>(),
+                               .group_slot = d_slot.as<int32_t>(),
+                               .gate = gate.as<uint16_t>(),
+                               .up = up.as<uint16_t>(),
                                .down = down.as<uint16_t>()};
   const double flops = 2.0 * m * hidden * inter * 3;
   const int reps = quick ? 3 : 20;
   const double grouped = TimeDevice(
-      [&] { BENCH_CHECK(cu::LaunchGroupedExpertFfn(p, d_x.as<float>(), act.as<float>(),
-                                                   y.as<float>(), nullptr)); },
+      [&] {
+        BENCH_CHECK(cu::LaunchGroupedExpertFfn(p, d_x.as<float>(), act.as<float>(), y.as<float>(),
+                                               nullptr));
+      },
       reps);
   // cuBLAS: the same FLOPs as three dense bf16 GEMMs with f32 accumulation (gate and up as one
   // [2*inter, hidden] GEMM, down as [hidden, inter]) over all m rows.
@@ -134,9 +139,9 @@ void ExpertGemm(BenchReport& report, bool quick) {
   const float one = 1.0f, zero = 0.0f;
   auto gemm = [&](int n, int k, const void* w, const void* xa, void* c) {
     // Column-major: C[n, m] = W^T(k x n stored as [n, k] row-major) * X(k x m).
-    if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, static_cast<int>(m), k, &one, w,
-                     CUDA_R_16BF, k, xa, CUDA_R_16BF, k, &zero, c, CUDA_R_32F, n,
-                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+    if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, static_cast<int>(m), k, &one, w, CUDA_R_16BF,
+                     k, xa, CUDA_R_16BF, k, &zero, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
       std::fprintf(stderr, "moe_gpu_bench: cublasGemmEx failed\n");
       std::exit(1);
     }
@@ -149,8 +154,10 @@ void ExpertGemm(BenchReport& report, bool quick) {
       },
       reps);
   cublasDestroy(h);
-  nlohmann::json params = {{"experts", experts}, {"rows_per_expert", rows_per_expert},
-                           {"hidden", hidden}, {"inter", inter}};
+  nlohmann::json params = {{"experts", experts},
+                           {"rows_per_expert", rows_per_expert},
+                           {"hidden", hidden},
+                           {"inter", inter}};
   report.Add({"grouped_expert_ffn_tflops", flops / grouped / 1e12, "TFLOP/s", params,
               Baseline{"cublas_dense_gemm_tflops", flops / dense / 1e12}});
   report.Add({"expert_gemm_over_cublas", dense / grouped, "ratio", params, std::nullopt});
@@ -164,7 +171,8 @@ void AttentionBandwidth(BenchReport& report, bool quick) {
   CUDA_CHECK(cudaMemset(k.data(), 0, cache * 4));
   CUDA_CHECK(cudaMemset(v.data(), 0, cache * 4));
   std::vector<int32_t> tables(num_blocks), pos(seqs), seq(seqs);
-  for (int64_t i = 0; i < num_blocks; ++i) tables[i] = static_cast<int32_t>((i * 7919) % num_blocks);
+  for (int64_t i = 0; i < num_blocks; ++i)
+    tables[i] = static_cast<int32_t>((i * 7919) % num_blocks);
   for (int64_t s = 0; s < seqs; ++s) {
     pos[s] = static_cast<int32_t>(ctx - 1);
     seq[s] = static_cast<int32_t>(s);
@@ -172,16 +180,21 @@ void AttentionBandwidth(BenchReport& report, bool quick) {
   const auto d_tab = Upload(tables), d_pos = Upload(pos), d_seq = Upload(seq);
   const auto q = Alloc(seqs * heads * hd * 4), out = Alloc(seqs * heads * hd * 4);
   CUDA_CHECK(cudaMemset(q.data(), 0, seqs * heads * hd * 4));
-  const cu::PagedAttentionParams p{.num_blocks = num_blocks, .block_size = bs,
-                                   .num_kv_heads = kv_heads, .head_dim = hd, .num_heads = heads,
+  const cu::PagedAttentionParams p{.num_blocks = num_blocks,
+                                   .block_size = bs,
+                                   .num_kv_heads = kv_heads,
+                                   .head_dim = hd,
+                                   .num_heads = heads,
                                    .max_blocks_per_seq = blocks_per_seq,
                                    .positions = d_pos.as<int32_t>(),
                                    .seq_of_token = d_seq.as<int32_t>(),
                                    .block_tables = d_tab.as<int32_t>()};
   const int reps = quick ? 3 : 20;
   const double attn = TimeDevice(
-      [&] { BENCH_CHECK(cu::LaunchPagedAttention(p, q.as<float>(), seqs, k.as<float>(),
-                                                 v.as<float>(), 0.125f, out.as<float>(), nullptr)); },
+      [&] {
+        BENCH_CHECK(cu::LaunchPagedAttention(p, q.as<float>(), seqs, k.as<float>(), v.as<float>(),
+                                             0.125f, out.as<float>(), nullptr));
+      },
       reps);
   const double kv_bytes = 2.0 * cache * 4;
   const size_t copy_bytes = size_t{512} << 20;
@@ -189,8 +202,13 @@ void AttentionBandwidth(BenchReport& report, bool quick) {
   const double copy = TimeDevice(
       [&] { CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice)); },
       reps);
-  report.Add({"attention_decode_bandwidth_bytes_s", kv_bytes / attn, "bytes/s",
-              {{"seqs", seqs}, {"context", ctx}, {"heads", heads}, {"kv_heads", kv_heads},
+  report.Add({"attention_decode_bandwidth_bytes_s",
+              kv_bytes / attn,
+              "bytes/s",
+              {{"seqs", seqs},
+               {"context", ctx},
+               {"heads", heads},
+               {"kv_heads", kv_heads},
                {"head_dim", hd}},
               Baseline{"device_copy_bandwidth_bytes_s", 2.0 * copy_bytes / copy}});
 }
@@ -208,13 +226,14 @@ void EngineDecode(BenchReport& report, const SuiteOptions& so) {
     double tok_s[2] = {0, 0};
     for (int gpu = 0; gpu < 2; ++gpu) {
       engine::EngineOptions eo{.num_threads = so.threads, .kv_num_blocks = batch * 8 + 8};
-      auto eng = engine::Engine::Create(c, (*ckpt)->weights(), eo,
-                                        gpu ? static_cast<engine::ExpertExecutor*>(gpu_experts->get())
-                                            : nullptr);
+      auto eng = engine::Engine::Create(
+          c, (*ckpt)->weights(), eo,
+          gpu ? static_cast<engine::ExpertExecutor*>(gpu_experts->get()) : nullptr);
       BENCH_CHECK(eng.status());
       std::vector<std::vector<int32_t>> tokens(batch), blocks(batch);
       for (int64_t s = 0; s < batch; ++s) {
-        for (int64_t i = 0; i < prompt; ++i) tokens[s].push_back(static_cast<int32_t>((s * 31 + i * 7) % c.vocab_size));
+        for (int64_t i = 0; i < prompt; ++i)
+          tokens[s].push_back(static_cast<int32_t>((s * 31 + i * 7) % c.vocab_size));
         for (int64_t b = 0; b < 8; ++b) blocks[s].push_back(static_cast<int32_t>(s * 8 + b));
       }
       engine::StepOutput out;
@@ -229,7 +248,8 @@ void EngineDecode(BenchReport& report, const SuiteOptions& so) {
         }
         const auto t0 = std::chrono::steady_clock::now();
         BENCH_CHECK((*eng)->Step(items, &out));
-        if (step > 0) secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (step > 0)
+          secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         for (int64_t s = 0; s < batch; ++s) {
           const float* l = out.row(s, 0, c.vocab_size);
           tokens[s].push_back(static_cast<int32_t>(std::max_element(l, l + c.vocab_size) - l));
@@ -237,9 +257,14 @@ void EngineDecode(BenchReport& report, const SuiteOptions& so) {
       }
       tok_s[gpu] = batch * steps / secs;
     }
-    report.Add({absl::StrCat("decode_tok_s_b", batch), tok_s[1], "tok/s",
-                {{"preset", so.preset}, {"experts", "cuda"}, {"dense", "cpu"},
-                 {"threads", so.threads}, {"decode_steps", steps}},
+    report.Add({absl::StrCat("decode_tok_s_b", batch),
+                tok_s[1],
+                "tok/s",
+                {{"preset", so.preset},
+                 {"experts", "cuda"},
+                 {"dense", "cpu"},
+                 {"threads", so.threads},
+                 {"decode_steps", steps}},
                 Baseline{absl::StrCat("decode_tok_s_b", batch, "_cpu"), tok_s[0]}});
   }
 }

@@ -12,8 +12,8 @@ std::string UniqueIdToBytes(const UniqueId& id) {
 
 absl::StatusOr<UniqueId> UniqueIdFromBytes(std::string_view bytes) {
   if (bytes.size() != kUniqueIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("nccl unique id: ", bytes.size(),
-                                                   " bytes, want ", kUniqueIdBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl unique id: ", bytes.size(), " bytes, want ", kUniqueIdBytes));
   }
   UniqueId id;
   std::memcpy(id.data(), bytes.data(), kUniqueIdBytes);

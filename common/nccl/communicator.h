@@ -66,7 +66,7 @@ class CommunicatorFactory {
   // outside [0, num_ranks)), FailedPrecondition (Available()'s), DeadlineExceeded, Internal
   // (NCCL's, named).
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Join(const UniqueId& id, int num_ranks,
-                                                            int rank, absl::Duration timeout) = 0;
+                                                             int rank, absl::Duration timeout) = 0;
 };
 
 }  // namespace moe::nccl

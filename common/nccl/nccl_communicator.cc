@@ -20,10 +20,10 @@ absl::Status FromNccl(ncclResult_t r, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(r)));
 }
 
-#define NCCL_RETURN_IF_ERROR(expr)                                  \
-  do {                                                              \
-    const absl::Status moe_nccl_status_ = FromNccl((expr), #expr);  \
-    if (!moe_nccl_status_.ok()) return moe_nccl_status_;            \
+#define NCCL_RETURN_IF_ERROR(expr)                                 \
+  do {                                                             \
+    const absl::Status moe_nccl_status_ = FromNccl((expr), #expr); \
+    if (!moe_nccl_status_.ok()) return moe_nccl_status_;           \
   } while (0)
 
 class NcclCommunicator final : public Communicator {
@@ -105,7 +105,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Join(
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const ncclResult_t init = ncclCommInitRankConfig(&comm, num_ranks, raw, rank, &config);
-  if (init != ncclSuccess && init != ncclInProgress) return FromNccl(init, "ncclCommInitRankConfig");
+  if (init != ncclSuccess && init != ncclInProgress)
+    return FromNccl(init, "ncclCommInitRankConfig");
   const absl::Time deadline = absl::Now() + timeout;
   ncclResult_t state = ncclInProgress;
   while (true) {
@@ -117,9 +118,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Join(
     if (state != ncclInProgress) break;
     if (absl::Now() >= deadline) {
       (void)ncclCommAbort(comm);
-      return absl::DeadlineExceededError(absl::StrCat(
-          "nccl join: not every one of ", num_ranks, " ranks joined within ",
-          absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("nccl join: not every one of ", num_ranks,
+                                                      " ranks joined within ",
+                                                      absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(1));  // the bootstrap runs on NCCL's own threads
   }

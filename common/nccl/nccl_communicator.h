@@ -20,7 +20,7 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
   // Non-blocking init (ncclCommInitRankConfig, blocking = 0) polled until `timeout`, then
   // ncclCommAbort: a peer that never joins cannot hang the caller.
   absl::StatusOr<std::unique_ptr<Communicator>> Join(const UniqueId& id, int num_ranks, int rank,
-                                                    absl::Duration timeout) override;
+                                                     absl::Duration timeout) override;
 
  private:
   const int device_;

@@ -99,7 +99,7 @@ class ExpertWorkerServer final
 
  private:
   ExpertWorkerCore* const core_;
-  ShmServer* shm_ = nullptr;  // null: shared memory off
+  ShmServer* shm_ = nullptr;       // null: shared memory off
   NcclBootstrap* nccl_ = nullptr;  // null: NCCL off
   std::string boot_id_;
   TransportAuthorizer authorizer_ = [](const ::grpc::ServerContext&) { return absl::OkStatus(); };

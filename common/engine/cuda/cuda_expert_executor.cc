@@ -88,9 +88,9 @@ absl::StatusOr<std::unique_ptr<CudaExpertExecutor>> CudaExpertExecutor::Create(
   rep->hidden = config.hidden_size;
   rep->inter = config.moe_intermediate_size;
   if (rep->hidden % 16 != 0 || rep->inter % 16 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "compute cuda: hidden_size (", rep->hidden, ") and moe_intermediate_size (", rep->inter,
-        ") must be multiples of 16"));
+    return absl::InvalidArgumentError(absl::StrCat("compute cuda: hidden_size (", rep->hidden,
+                                                   ") and moe_intermediate_size (", rep->inter,
+                                                   ") must be multiples of 16"));
   }
   ASSIGN_OR_RETURN(rep->stream, cu::DeviceStream::Create());
   rep->layers.resize(weights.layers.size());
@@ -144,12 +144,14 @@ absl::Status CudaExpertExecutor::Await(ExpertCallHandle handle) {
       return s;
     }
   }
-  return absl::NotFoundError(absl::StrCat("expert call ", handle, " is unknown or already awaited"));
+  return absl::NotFoundError(
+      absl::StrCat("expert call ", handle, " is unknown or already awaited"));
 }
 
 absl::Status CudaExpertExecutor::Rep::Run(const ExpertCall& call) {
   if (call.layer_idx < 0 || call.layer_idx >= static_cast<int32_t>(layers.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("expert call: layer ", call.layer_idx, " out of range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert call: layer ", call.layer_idx, " out of range"));
   }
   if (call.hidden != hidden) {
     return absl::InvalidArgumentError(
@@ -159,12 +161,14 @@ absl::Status CudaExpertExecutor::Rep::Run(const ExpertCall& call) {
   host_offsets.assign(1, 0);
   host_slots.clear();
   for (const ExpertBatch& b : call.batches) {
-    const int32_t slot = b.expert_id >= 0 && b.expert_id < static_cast<int32_t>(layer.slot_of_expert.size())
-                             ? layer.slot_of_expert[b.expert_id]
-                             : -1;
+    const int32_t slot =
+        b.expert_id >= 0 && b.expert_id < static_cast<int32_t>(layer.slot_of_expert.size())
+            ? layer.slot_of_expert[b.expert_id]
+            : -1;
     if (slot < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "expert call: expert ", b.expert_id, " of layer ", call.layer_idx, " is not loaded here"));
+      return absl::InvalidArgumentError(absl::StrCat("expert call: expert ", b.expert_id,
+                                                     " of layer ", call.layer_idx,
+                                                     " is not loaded here"));
     }
     if (b.num_tokens < 0) return absl::InvalidArgumentError("expert call: negative num_tokens");
     host_slots.push_back(slot);
@@ -188,11 +192,15 @@ absl::Status CudaExpertExecutor::Rep::Run(const ExpertCall& call) {
     RETURN_IF_ERROR(cu::CopyToDeviceAsync(x.as<float>() + host_offsets[g] * hidden, b.input,
                                           b.num_tokens * hidden * sizeof(float), s));
   }
-  const kernels::cuda::GroupedFfnParams p{
-      .hidden = hidden, .inter = inter, .num_groups = static_cast<int32_t>(host_slots.size()),
-      .total_rows = total, .offsets = offsets.as<int32_t>(), .group_slot = slots.as<int32_t>(),
-      .gate = layer.gate.as<uint16_t>(), .up = layer.up.as<uint16_t>(),
-      .down = layer.down.as<uint16_t>()};
+  const kernels::cuda::GroupedFfnParams p{.hidden = hidden,
+                                          .inter = inter,
+                                          .num_groups = static_cast<int32_t>(host_slots.size()),
+                                          .total_rows = total,
+                                          .offsets = offsets.as<int32_t>(),
+                                          .group_slot = slots.as<int32_t>(),
+                                          .gate = layer.gate.as<uint16_t>(),
+                                          .up = layer.up.as<uint16_t>(),
+                                          .down = layer.down.as<uint16_t>()};
   RETURN_IF_ERROR(cu::LaunchGroupedExpertFfn(p, x.as<float>(), act.as<float>(), y.as<float>(), s));
   for (size_t g = 0; g < call.batches.size(); ++g) {
     const ExpertBatch& b = call.batches[g];

@@ -109,7 +109,8 @@ TEST_F(CudaExpertExecutorTest, RejectsUnknownLayerExpertOrHidden) {
   EXPECT_THAT(Run(*exec_, call), StatusIs(absl::StatusCode::kInvalidArgument));
   call.layer_idx = 0;
   call.batches[0].expert_id = 8;
-  EXPECT_THAT(Run(*exec_, call), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not loaded")));
+  EXPECT_THAT(Run(*exec_, call),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not loaded")));
   call.batches[0].expert_id = 0;
   call.hidden = 32;
   EXPECT_THAT(Run(*exec_, call), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hidden")));

@@ -106,10 +106,10 @@ class DeviceStream {
 // The gate weights of each token enter in LaunchCombine, which sums a token's top-k expert rows
 // in its top-k order (fixed: the CPU engine's order).
 struct GroupedFfnParams {
-  int64_t hidden = 0;            // multiple of 16
-  int64_t inter = 0;             // moe_intermediate_size, multiple of 16
-  int32_t num_groups = 0;        // experts with rows in this launch
-  int64_t total_rows = 0;        // offsets[num_groups]
+  int64_t hidden = 0;                   // multiple of 16
+  int64_t inter = 0;                    // moe_intermediate_size, multiple of 16
+  int32_t num_groups = 0;               // experts with rows in this launch
+  int64_t total_rows = 0;               // offsets[num_groups]
   const int32_t* offsets = nullptr;     // [num_groups + 1] row offsets, non-decreasing, [0] = 0
   const int32_t* group_slot = nullptr;  // [num_groups] weight slot of each group
   const uint16_t* gate = nullptr;       // bf16 [num_slots, inter, hidden]
@@ -123,8 +123,8 @@ absl::Status LaunchGroupedGateUp(const GroupedFfnParams& p, const float* x, floa
 absl::Status LaunchGroupedDown(const GroupedFfnParams& p, const float* act, float* y,
                                Stream stream);
 // Both stages (the FFN of every row of every group). `act` is scratch of total_rows * inter.
-absl::Status LaunchGroupedExpertFfn(const GroupedFfnParams& p, const float* x, float* act,
-                                    float* y, Stream stream);
+absl::Status LaunchGroupedExpertFfn(const GroupedFfnParams& p, const float* x, float* act, float* y,
+                                    Stream stream);
 
 // out[t] = sum_{j < k} weights[t, j] * expert_rows[rows[t, j]], j in increasing order, f32.
 // rows, weights: [m, k]; expert_rows: [*, hidden]; out: [m, hidden]. Tolerance: exact order of
@@ -159,7 +159,7 @@ struct PagedAttentionParams {
   int64_t num_blocks = 0;
   int64_t block_size = 16;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;  // <= 256, multiple of 32
+  int64_t head_dim = 0;   // <= 256, multiple of 32
   int64_t num_heads = 0;  // multiple of num_kv_heads
   int64_t max_blocks_per_seq = 0;
   const int32_t* positions = nullptr;     // [m] absolute positions

@@ -46,8 +46,12 @@ TEST(CudaKernelsNoDeviceTest, LaunchersRejectBadShapesBeforeTouchingTheDevice) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchRmsNorm(nullptr, 1, 0, nullptr, 1e-6f, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  PagedAttentionParams a{.num_blocks = 1, .block_size = 16, .num_kv_heads = 2, .head_dim = 48,
-                         .num_heads = 4, .max_blocks_per_seq = 1};
+  PagedAttentionParams a{.num_blocks = 1,
+                         .block_size = 16,
+                         .num_kv_heads = 2,
+                         .head_dim = 48,
+                         .num_heads = 4,
+                         .max_blocks_per_seq = 1};
   EXPECT_EQ(LaunchPagedAttention(a, nullptr, 1, nullptr, nullptr, 1.0f, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   // Empty launches are no-ops: they succeed without a device.
@@ -72,7 +76,8 @@ class CudaKernelsTest : public ::testing::Test {
 
   template <typename T>
   DeviceBuffer Upload(const std::vector<T>& host) {
-    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(std::max<size_t>(1, host.size() * sizeof(T)));
+    absl::StatusOr<DeviceBuffer> b =
+        DeviceBuffer::Allocate(std::max<size_t>(1, host.size() * sizeof(T)));
     EXPECT_TRUE(b.ok()) << b.status();
     if (!host.empty()) {
       EXPECT_TRUE(CopyToDevice(b->data(), host.data(), host.size() * sizeof(T)).ok());
@@ -137,13 +142,18 @@ class GroupedFfnTest : public CudaKernelsTest {
     DeviceBuffer d_gate = Upload(e.gate), d_up = Upload(e.up), d_down = Upload(e.down);
     DeviceBuffer d_off = Upload(offsets), d_slot = Upload(slots), d_x = Upload(x);
     DeviceBuffer d_act = Zeros(total * e.inter * 4), d_y = Zeros(total * e.hidden * 4);
-    const GroupedFfnParams p{.hidden = e.hidden, .inter = e.inter,
-                             .num_groups = static_cast<int32_t>(slots.size()), .total_rows = total,
-                             .offsets = d_off.as<int32_t>(), .group_slot = d_slot.as<int32_t>(),
-                             .gate = d_gate.as<uint16_t>(), .up = d_up.as<uint16_t>(),
+    const GroupedFfnParams p{.hidden = e.hidden,
+                             .inter = e.inter,
+                             .num_groups = static_cast<int32_t>(slots.size()),
+                             .total_rows = total,
+                             .offsets = d_off.as<int32_t>(),
+                             .group_slot = d_slot.as<int32_t>(),
+                             .gate = d_gate.as<uint16_t>(),
+                             .up = d_up.as<uint16_t>(),
                              .down = d_down.as<uint16_t>()};
-    EXPECT_TRUE(LaunchGroupedExpertFfn(p, d_x.as<float>(), d_act.as<float>(), d_y.as<float>(),
-                                       nullptr).ok());
+    EXPECT_TRUE(
+        LaunchGroupedExpertFfn(p, d_x.as<float>(), d_act.as<float>(), d_y.as<float>(), nullptr)
+            .ok());
     return Download<float>(d_y, total * e.hidden);
   }
 };
@@ -196,8 +206,9 @@ TEST_F(CudaKernelsTest, CombineIsTheCpuEnginesOrderBitForBit) {
   const std::vector<float> w = RandomFloats(rng, m * k, 0.0f, 1.0f);
   DeviceBuffer d_rows = Upload(expert_rows), d_idx = Upload(idx), d_w = Upload(w);
   DeviceBuffer d_out = Zeros(m * hidden * 4);
-  ASSERT_TRUE(LaunchCombine(d_rows.as<float>(), d_idx.as<int32_t>(), d_w.as<float>(), m, k,
-                            hidden, d_out.as<float>(), nullptr).ok());
+  ASSERT_TRUE(LaunchCombine(d_rows.as<float>(), d_idx.as<int32_t>(), d_w.as<float>(), m, k, hidden,
+                            d_out.as<float>(), nullptr)
+                  .ok());
   const std::vector<float> got = Download<float>(d_out, m * hidden);
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t d = 0; d < hidden; ++d) {
@@ -217,8 +228,9 @@ TEST_F(CudaKernelsTest, RmsNormMatchesReferenceAndIsBatchInvariant) {
   const std::vector<float> x = RandomFloats(rng, m * d, -3.0f, 3.0f);
   const std::vector<float> w = RandomFloats(rng, d, 0.5f, 1.5f);
   DeviceBuffer d_x = Upload(x), d_w = Upload(w), d_out = Zeros(m * d * 4);
-  ASSERT_TRUE(LaunchRmsNorm(d_x.as<float>(), m, d, d_w.as<float>(), 1e-6f, d_out.as<float>(),
-                            nullptr).ok());
+  ASSERT_TRUE(
+      LaunchRmsNorm(d_x.as<float>(), m, d, d_w.as<float>(), 1e-6f, d_out.as<float>(), nullptr)
+          .ok());
   const std::vector<float> got = Download<float>(d_out, m * d);
   std::vector<float> want(m * d);
   reference::RmsNorm(x.data(), m, d, WeightView{w.data(), common::DType::kF32, d, 1}, 1e-6f,
@@ -229,8 +241,9 @@ TEST_F(CudaKernelsTest, RmsNormMatchesReferenceAndIsBatchInvariant) {
   // Row 17 alone: the same bits.
   DeviceBuffer d_row = Upload(std::vector<float>(x.begin() + 17 * d, x.begin() + 18 * d));
   DeviceBuffer d_row_out = Zeros(d * 4);
-  ASSERT_TRUE(LaunchRmsNorm(d_row.as<float>(), 1, d, d_w.as<float>(), 1e-6f,
-                            d_row_out.as<float>(), nullptr).ok());
+  ASSERT_TRUE(
+      LaunchRmsNorm(d_row.as<float>(), 1, d, d_w.as<float>(), 1e-6f, d_row_out.as<float>(), nullptr)
+          .ok());
   const std::vector<float> alone = Download<float>(d_row_out, d);
   EXPECT_EQ(std::memcmp(alone.data(), got.data() + 17 * d, d * 4), 0);
 }
@@ -241,7 +254,8 @@ TEST_F(CudaKernelsTest, RopeMatchesReference) {
   const std::vector<int32_t> pos = {0, 1, 2, 100, 1000, 4095, 8191};
   std::vector<float> x = RandomFloats(rng, m * heads * hd);
   DeviceBuffer d_x = Upload(x), d_pos = Upload(pos);
-  ASSERT_TRUE(LaunchRope(d_x.as<float>(), m, heads, hd, rot, d_pos.as<int32_t>(), 1e6f, nullptr).ok());
+  ASSERT_TRUE(
+      LaunchRope(d_x.as<float>(), m, heads, hd, rot, d_pos.as<int32_t>(), 1e6f, nullptr).ok());
   const std::vector<float> got = Download<float>(d_x, x.size());
   reference::ApplyRope(x.data(), m, heads, hd, rot, pos.data(), 1e6f);
   for (size_t i = 0; i < x.size(); ++i) {
@@ -255,8 +269,9 @@ TEST_F(CudaKernelsTest, TopKGatingMatchesReference) {
   std::vector<float> logits = RandomFloats(rng, m * e, -4.0f, 4.0f);
   logits[3 * e + 5] = logits[3 * e + 9] = 10.0f;  // a tie: the lower id first
   DeviceBuffer d_l = Upload(logits), d_ids = Zeros(m * k * 4), d_w = Zeros(m * k * 4);
-  ASSERT_TRUE(LaunchTopKGating(d_l.as<float>(), m, e, k, true, d_ids.as<int32_t>(),
-                               d_w.as<float>(), nullptr).ok());
+  ASSERT_TRUE(LaunchTopKGating(d_l.as<float>(), m, e, k, true, d_ids.as<int32_t>(), d_w.as<float>(),
+                               nullptr)
+                  .ok());
   const std::vector<int32_t> ids = Download<int32_t>(d_ids, m * k);
   const std::vector<float> w = Download<float>(d_w, m * k);
   std::vector<int32_t> want_ids(m * k);
@@ -284,7 +299,8 @@ class PagedAttentionTest : public CudaKernelsTest {
     tables_.assign(lens.size() * max_blocks_, 0);
     int64_t next = 0;
     for (size_t s = 0; s < lens.size(); ++s) {
-      for (int64_t b = 0; b < (lens[s] + kBlock - 1) / kBlock; ++b) tables_[s * max_blocks_ + b] = ids[next++];
+      for (int64_t b = 0; b < (lens[s] + kBlock - 1) / kBlock; ++b)
+        tables_[s * max_blocks_ + b] = ids[next++];
     }
     const int64_t cache = num_blocks_ * kBlock * kKvHeads * kHd;
     k_cache_ = RandomFloats(rng, cache);
@@ -303,14 +319,19 @@ class PagedAttentionTest : public CudaKernelsTest {
     DeviceBuffer d_seq = Upload(seq), d_pos = Upload(pos), d_tab = Upload(tables_);
     DeviceBuffer d_k = Upload(k_cache_), d_v = Upload(v_cache_), d_q = Upload(q);
     DeviceBuffer d_out = Zeros(q.size() * 4);
-    const PagedAttentionParams p{.num_blocks = num_blocks_, .block_size = kBlock,
-                                 .num_kv_heads = kKvHeads, .head_dim = kHd, .num_heads = kHeads,
-                                 .max_blocks_per_seq = max_blocks_, .positions = d_pos.as<int32_t>(),
+    const PagedAttentionParams p{.num_blocks = num_blocks_,
+                                 .block_size = kBlock,
+                                 .num_kv_heads = kKvHeads,
+                                 .head_dim = kHd,
+                                 .num_heads = kHeads,
+                                 .max_blocks_per_seq = max_blocks_,
+                                 .positions = d_pos.as<int32_t>(),
                                  .seq_of_token = d_seq.as<int32_t>(),
                                  .block_tables = d_tab.as<int32_t>()};
     EXPECT_TRUE(LaunchPagedAttention(p, d_q.as<float>(), static_cast<int64_t>(toks.size()),
                                      d_k.as<float>(), d_v.as<float>(), 0.125f, d_out.as<float>(),
-                                     nullptr).ok());
+                                     nullptr)
+                    .ok());
     return Download<float>(d_out, q.size());
   }
   std::vector<int64_t> lens_;
@@ -325,7 +346,7 @@ TEST_F(PagedAttentionTest, PrefillAndDecodeMatchReference) {
   Build(rng, {45, 3, 130});
   std::vector<std::pair<int32_t, int32_t>> toks;
   for (int32_t p = 0; p < 45; ++p) toks.push_back({0, p});  // a prefill
-  toks.push_back({1, 2});                                    // decodes
+  toks.push_back({1, 2});                                   // decodes
   toks.push_back({2, 129});
   const std::vector<float> got = Run(toks);
   const PagedKvLayout layout{num_blocks_, kBlock, kKvHeads, kHd};

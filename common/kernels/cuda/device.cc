@@ -26,8 +26,8 @@ std::string DeviceDescription() {
   if (DeviceCount(&why) == 0) return absl::StrCat("no CUDA device (", why, ")");
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "device 0: properties unavailable";
-  return absl::StrCat(prop.name, ", sm_", prop.major, prop.minor, ", ",
-                      prop.totalGlobalMem >> 30, " GiB");
+  return absl::StrCat(prop.name, ", sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 30,
+                      " GiB");
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {

@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if (!warp_active) return;
   wmma::store_matrix_sync(c_tile[0][warp], acc0, 16, wmma::mem_row_major);
-  if constexpr (kGateUp) wmma::store_matrix_sync(c_tile[kGateUp ? 1 : 0][warp], acc1, 16,
-                                                 wmma::mem_row_major);
+  if constexpr (kGateUp)
+    wmma::store_matrix_sync(c_tile[kGateUp ? 1 : 0][warp], acc1, 16, wmma::mem_row_major);
   __syncwarp();
   for (int i = lane; i < 16 * 16; i += 32) {
     const int r = i / 16, c = i % 16;
@@ -115,24 +115,26 @@ __global__ void CombineKernel(const float* expert_rows, const int32_t* rows, con
   if (i >= m * hidden) return;
   const int64_t t = i / hidden, d = i % hidden;
   // The CPU engine's order and roundings (no contraction): acc = w0*o0, then acc += wj*oj.
-  float acc = __fmul_rn(weights[t * k], expert_rows[static_cast<int64_t>(rows[t * k]) * hidden + d]);
+  float acc =
+      __fmul_rn(weights[t * k], expert_rows[static_cast<int64_t>(rows[t * k]) * hidden + d]);
   for (int64_t j = 1; j < k; ++j) {
-    acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j],
-                                   expert_rows[static_cast<int64_t>(rows[t * k + j]) * hidden + d]));
+    acc =
+        __fadd_rn(acc, __fmul_rn(weights[t * k + j],
+                                 expert_rows[static_cast<int64_t>(rows[t * k + j]) * hidden + d]));
   }
   out[i] = acc;
 }
 
 absl::Status CheckParams(const GroupedFfnParams& p) {
   if (p.hidden <= 0 || p.inter <= 0 || p.hidden % 16 != 0 || p.inter % 16 != 0) {
-    return absl::InvalidArgumentError("grouped FFN: hidden and inter must be positive multiples of 16");
+    return absl::InvalidArgumentError(
+        "grouped FFN: hidden and inter must be positive multiples of 16");
   }
   if (p.num_groups < 0 || p.total_rows < 0) {
     return absl::InvalidArgumentError("grouped FFN: negative group or row count");
   }
-  if (p.num_groups > 0 &&
-      (p.offsets == nullptr || p.group_slot == nullptr || p.gate == nullptr || p.up == nullptr ||
-       p.down == nullptr)) {
+  if (p.num_groups > 0 && (p.offsets == nullptr || p.group_slot == nullptr || p.gate == nullptr ||
+                           p.up == nullptr || p.down == nullptr)) {
     return absl::InvalidArgumentError("grouped FFN: null offsets, slots or weights");
   }
   return absl::OkStatus();
@@ -150,10 +152,10 @@ absl::Status LaunchGroupedGateUp(const GroupedFfnParams& p, const float* x, floa
   if (absl::Status s = CheckParams(p); !s.ok()) return s;
   if (p.total_rows == 0 || p.num_groups == 0) return absl::OkStatus();
   const dim3 grid(TileBound(p), static_cast<unsigned>((p.inter + kTileN - 1) / kTileN));
-  GroupedFfnKernel<true><<<grid, kWarps * 32, 0, stream>>>(
-      p.offsets, p.group_slot, p.num_groups, p.hidden, p.inter, x,
-      reinterpret_cast<const __nv_bfloat16*>(p.gate), reinterpret_cast<const __nv_bfloat16*>(p.up),
-      act);
+  GroupedFfnKernel<true>
+      <<<grid, kWarps * 32, 0, stream>>>(p.offsets, p.group_slot, p.num_groups, p.hidden, p.inter,
+                                         x, reinterpret_cast<const __nv_bfloat16*>(p.gate),
+                                         reinterpret_cast<const __nv_bfloat16*>(p.up), act);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -170,8 +172,8 @@ absl::Status LaunchGroupedDown(const GroupedFfnParams& p, const float* act, floa
   return absl::OkStatus();
 }
 
-absl::Status LaunchGroupedExpertFfn(const GroupedFfnParams& p, const float* x, float* act,
-                                    float* y, Stream stream) {
+absl::Status LaunchGroupedExpertFfn(const GroupedFfnParams& p, const float* x, float* act, float* y,
+                                    Stream stream) {
   if (absl::Status s = LaunchGroupedGateUp(p, x, act, stream); !s.ok()) return s;
   return LaunchGroupedDown(p, act, y, stream);
 }

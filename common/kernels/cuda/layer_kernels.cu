@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(kNormThreads)
   }
   const float r = 1.0f / sqrtf(partial[0] / static_cast<float>(d) + eps);
   // Every thread has read partial[0] before any writes `o` (in place: o may alias x).
-  for (int64_t j = threadIdx.x; j < d; j += kNormThreads) o[j] = __fmul_rn(__fmul_rn(xr[j], r), weight[j]);
+  for (int64_t j = threadIdx.x; j < d; j += kNormThreads)
+    o[j] = __fmul_rn(__fmul_rn(xr[j], r), weight[j]);
 }
 
 __global__ void RopeKernel(float* x, int64_t m, int64_t num_heads, int64_t head_dim,
@@ -41,7 +42,8 @@ __global__ void RopeKernel(float* x, int64_t m, int64_t num_heads, int64_t head_
   const int64_t head = (i / half) % num_heads;
   const int64_t row = i / (half * num_heads);
   // HF: inv_freq = 1 / theta^(arange(0, dim, 2) / dim) in f32; angle = float(pos) * inv_freq.
-  const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
+  const float inv_freq =
+      1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
   const float angle = __fmul_rn(static_cast<float>(positions[row]), inv_freq);
   float s, c;
   sincosf(angle, &s, &c);
@@ -95,8 +97,10 @@ __global__ void WriteKvKernel(PagedAttentionParams p, const float* k, const floa
   const int64_t t = i / per_token, e = i % per_token;
   const int32_t pos = p.positions[t];
   const int32_t block =
-      p.block_tables[static_cast<int64_t>(p.seq_of_token[t]) * p.max_blocks_per_seq + pos / p.block_size];
-  const int64_t dst = (static_cast<int64_t>(block) * p.block_size + pos % p.block_size) * per_token + e;
+      p.block_tables[static_cast<int64_t>(p.seq_of_token[t]) * p.max_blocks_per_seq +
+                     pos / p.block_size];
+  const int64_t dst =
+      (static_cast<int64_t>(block) * p.block_size + pos % p.block_size) * per_token + e;
   k_cache[dst] = k[i];
   v_cache[dst] = v[i];
 }
@@ -119,13 +123,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     qr[i] = qv[lane + 32 * i];
     acc[i] = 0.0f;
   }
-  const int32_t* table = p.block_tables + static_cast<int64_t>(p.seq_of_token[t]) * p.max_blocks_per_seq;
+  const int32_t* table =
+      p.block_tables + static_cast<int64_t>(p.seq_of_token[t]) * p.max_blocks_per_seq;
   const int32_t pos = p.positions[t];
   float running_max = -INFINITY, denom = 0.0f;
   for (int32_t key = 0; key <= pos; ++key) {
     const int64_t base =
         ((static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) *
-             p.num_kv_heads + kvh) * p.head_dim;
+             p.num_kv_heads +
+         kvh) *
+        p.head_dim;
     float dot = 0.0f;
     for (int i = 0; i < per_lane; ++i) dot = fmaf(qr[i], k_cache[base + lane + 32 * i], dot);
     for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
@@ -143,14 +150,17 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   for (int i = 0; i < per_lane; ++i) o[lane + 32 * i] = acc[i] / denom;
 }
 
-unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+unsigned Blocks(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
 
 absl::Status CheckAttention(const PagedAttentionParams& p) {
   if (p.head_dim <= 0 || p.head_dim % 32 != 0 || p.head_dim > 32 * kMaxHeadDimPerLane) {
     return absl::InvalidArgumentError("paged attention: head_dim must be a multiple of 32, <= 256");
   }
   if (p.num_kv_heads <= 0 || p.num_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
-    return absl::InvalidArgumentError("paged attention: num_heads must be a multiple of num_kv_heads");
+    return absl::InvalidArgumentError(
+        "paged attention: num_heads must be a multiple of num_kv_heads");
   }
   if (p.block_size <= 0 || p.max_blocks_per_seq <= 0) {
     return absl::InvalidArgumentError("paged attention: block_size and max_blocks_per_seq > 0");

@@ -21,7 +21,7 @@ class FakeCommunicatorFactory final : public CommunicatorFactory {
   absl::Status Available() const override { return available_; }
   absl::StatusOr<UniqueId> NewUniqueId() override;
   absl::StatusOr<std::unique_ptr<Communicator>> Join(const UniqueId& id, int num_ranks, int rank,
-                                                    absl::Duration timeout) override;
+                                                     absl::Duration timeout) override;
   // Ranks that have joined `id` so far.
   int joined(const UniqueId& id) const;
 

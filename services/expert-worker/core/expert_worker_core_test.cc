@@ -168,13 +168,14 @@ TEST_F(ExpertWorkerCoreTest, ComputeCudaNeedsBf16ActivationsAndOneSlot) {
 // Without a GPU (or without nvcc at build time) a cuda worker refuses to start, saying why; the
 // device run (tests/gpu/device_check.sh) covers the other case through CudaExpertExecutor.
 TEST_F(ExpertWorkerCoreTest, ComputeCudaWithoutADeviceFailsToStartWithTheReason) {
-  const ExpertWorkerCoreOptions o{.model_dir = *dir_, .experts = {"*:0"},
+  const ExpertWorkerCoreOptions o{.model_dir = *dir_,
+                                  .experts = {"*:0"},
                                   .activations = kernels::Activations::kBf16,
                                   .compute = Compute::kCuda};
   auto core = ExpertWorkerCore::Create(o, registry_, common::SystemClock::Get());
   if (core.ok()) GTEST_SKIP() << "a CUDA device is present";
-  EXPECT_THAT(core.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                      ::testing::HasSubstr("CUDA")));
+  EXPECT_THAT(core.status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("CUDA")));
 }
 
 TEST_F(ExpertWorkerCoreTest, RejectsBadCalls) {

@@ -40,8 +40,8 @@ absl::StatusOr<NcclOffer> NcclBootstrap::Offer() {
   absl::MutexLock lock(&mu_);
   // Threads of finished joins are joined by the destructor; they are few (bounded by offers).
   threads_.emplace_back([this, offer] {
-    absl::StatusOr<std::unique_ptr<nccl::Communicator>> c = factory_.Join(
-        offer.unique_id, offer.num_ranks, offer.worker_rank, options_.join_timeout);
+    absl::StatusOr<std::unique_ptr<nccl::Communicator>> c =
+        factory_.Join(offer.unique_id, offer.num_ranks, offer.worker_rank, options_.join_timeout);
     absl::MutexLock lock(&mu_);
     --pending_;
     if (c.ok()) {
@@ -66,7 +66,8 @@ int NcclBootstrap::num_failed() const {
 
 void NcclBootstrap::WaitIdle() {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(+[](int* pending) { return *pending == 0; }, &pending_));
+  mu_.Await(absl::Condition(
+      +[](int* pending) { return *pending == 0; }, &pending_));
 }
 
 std::vector<std::unique_ptr<nccl::Communicator>> NcclBootstrap::TakeJoined() {

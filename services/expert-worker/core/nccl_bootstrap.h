@@ -21,7 +21,7 @@
 namespace moe::expert_worker {
 
 struct NcclBootstrapOptions {
-  int max_pending_joins = 4;                    // offers whose join has not finished
+  int max_pending_joins = 4;                        // offers whose join has not finished
   absl::Duration join_timeout = absl::Seconds(30);  // a caller that never joins
 };
 

@@ -24,7 +24,8 @@ TEST(NcclBootstrapTest, PendingJoinsAreBoundedAndAnUnmetJoinTimesOut) {
   ASSERT_OK_AND_ASSIGN(NcclOffer first, b.Offer());
   EXPECT_THAT(b.Offer().status(), StatusIs(absl::StatusCode::kResourceExhausted));
   // The caller joins: the pending join completes and frees the bound.
-  ASSERT_OK(f.Join(first.unique_id, first.num_ranks, first.caller_rank, absl::Seconds(60)).status());
+  ASSERT_OK(
+      f.Join(first.unique_id, first.num_ranks, first.caller_rank, absl::Seconds(60)).status());
   b.WaitIdle();
   EXPECT_EQ(b.num_joined(), 1);
   NcclBootstrap impatient(f, {.join_timeout = absl::ZeroDuration()});
