@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -139,11 +140,16 @@ absl::Status LaunchCombine(const float* expert_rows, const int32_t* rows, const 
 absl::Status LaunchRmsNorm(const float* x, int64_t m, int64_t d, const float* weight, float eps,
                            float* out, Stream stream);
 
-// HF rotate_half RoPE on x[m, num_heads, head_dim] in place; row i at positions[i]; inv_freq in
-// f32 as HF (kernels.h ApplyRope). Tolerance: max |err| <= 2e-5 * (1 + |x|) for positions < 8192
-// (cosf/sinf of the same f32 angle; the reference evaluates them in double).
+// HF rotate_half RoPE on x[m, num_heads, head_dim] in place; row i at positions[i].
+// `inv_freq` (device, [rotary_dim / 2]) is RopeInvFreq's, uploaded once per model: computed on
+// the host exactly as kernels::ApplyRope does (f32 std::pow), so the f32 angle
+// float(pos) * inv_freq[j] has the CPU's bits; only sincosf differs (CUDA's, <= 2 ulp).
+// Tolerance: max |err| <= 2e-5 * (1 + |x|) for positions < 8192 against the reference.
 absl::Status LaunchRope(float* x, int64_t m, int64_t num_heads, int64_t head_dim,
-                        int64_t rotary_dim, const int32_t* positions, float theta, Stream stream);
+                        int64_t rotary_dim, const int32_t* positions, const float* inv_freq,
+                        Stream stream);
+// inv_freq[j] = 1 / theta^(2j / rotary_dim) in f32, j < rotary_dim / 2 (host).
+std::vector<float> RopeInvFreq(float theta, int64_t rotary_dim);
 
 // Top-k gating as kernels::TopKGating: f32 softmax over logits[m, num_experts], the k largest
 // (ties: the lower expert id), renormalised if `normalize`, descending. num_experts <= 1024,

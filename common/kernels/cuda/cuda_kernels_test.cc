@@ -40,7 +40,7 @@ TEST(CudaKernelsNoDeviceTest, LaunchersRejectBadShapesBeforeTouchingTheDevice) {
   p.hidden = 32;  // now the null weights are the error
   EXPECT_EQ(LaunchGroupedDown(p, nullptr, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LaunchRope(nullptr, 1, 1, 64, 63, nullptr, 1e4f, nullptr).code(),
+  EXPECT_EQ(LaunchRope(nullptr, 1, 1, 64, 63, nullptr, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchTopKGating(nullptr, 1, 8, 33, true, nullptr, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
@@ -56,6 +56,14 @@ TEST(CudaKernelsNoDeviceTest, LaunchersRejectBadShapesBeforeTouchingTheDevice) {
             absl::StatusCode::kInvalidArgument);
   // Empty launches are no-ops: they succeed without a device.
   EXPECT_TRUE(LaunchCombine(nullptr, nullptr, nullptr, 0, 2, 64, nullptr, nullptr).ok());
+}
+
+TEST(CudaKernelsNoDeviceTest, RopeInvFreqIsTheCpuKernelsTable) {
+  const std::vector<float> inv = RopeInvFreq(1e4f, 64);
+  ASSERT_EQ(inv.size(), 32u);
+  for (size_t j = 0; j < inv.size(); ++j) {
+    EXPECT_EQ(inv[j], 1.0f / std::pow(1e4f, static_cast<float>(2 * j) / 64.0f)) << j;
+  }
 }
 
 TEST(CudaKernelsNoDeviceTest, AllocationWithoutDeviceIsResourceExhausted) {
@@ -253,9 +261,10 @@ TEST_F(CudaKernelsTest, RopeMatchesReference) {
   const int64_t m = 7, heads = 4, hd = 64, rot = 48;
   const std::vector<int32_t> pos = {0, 1, 2, 100, 1000, 4095, 8191};
   std::vector<float> x = RandomFloats(rng, m * heads * hd);
-  DeviceBuffer d_x = Upload(x), d_pos = Upload(pos);
-  ASSERT_TRUE(
-      LaunchRope(d_x.as<float>(), m, heads, hd, rot, d_pos.as<int32_t>(), 1e6f, nullptr).ok());
+  DeviceBuffer d_x = Upload(x), d_pos = Upload(pos), d_inv = Upload(RopeInvFreq(1e6f, rot));
+  ASSERT_TRUE(LaunchRope(d_x.as<float>(), m, heads, hd, rot, d_pos.as<int32_t>(), d_inv.as<float>(),
+                         nullptr)
+                  .ok());
   const std::vector<float> got = Download<float>(d_x, x.size());
   reference::ApplyRope(x.data(), m, heads, hd, rot, pos.data(), 1e6f);
   for (size_t i = 0; i < x.size(); ++i) {
@@ -360,6 +369,39 @@ TEST_F(PagedAttentionTest, PrefillAndDecodeMatchReference) {
       ASSERT_LE(std::fabs(got[i * kHeads * kHd + j] - want[j]), 1e-5f) << i << "," << j;
     }
   }
+}
+
+TEST_F(PagedAttentionTest, WriteKvFillsTheCpuLayoutsSlots) {
+  std::mt19937 rng(23);
+  Build(rng, {20, 5});
+  std::vector<int32_t> seq, pos;
+  for (int32_t p = 0; p < 20; ++p) seq.push_back(0), pos.push_back(p);
+  for (int32_t p = 0; p < 5; ++p) seq.push_back(1), pos.push_back(p);
+  const int64_t m = static_cast<int64_t>(seq.size()), per = kKvHeads * kHd;
+  const std::vector<float> k = RandomFloats(rng, m * per), v = RandomFloats(rng, m * per);
+  DeviceBuffer d_seq = Upload(seq), d_pos = Upload(pos), d_tab = Upload(tables_);
+  DeviceBuffer d_k = Upload(k), d_v = Upload(v);
+  DeviceBuffer d_kc = Upload(k_cache_), d_vc = Upload(v_cache_);
+  const PagedAttentionParams p{.num_blocks = num_blocks_,
+                               .block_size = kBlock,
+                               .num_kv_heads = kKvHeads,
+                               .head_dim = kHd,
+                               .num_heads = kHeads,
+                               .max_blocks_per_seq = max_blocks_,
+                               .positions = d_pos.as<int32_t>(),
+                               .seq_of_token = d_seq.as<int32_t>(),
+                               .block_tables = d_tab.as<int32_t>()};
+  ASSERT_TRUE(LaunchWriteKv(p, d_k.as<float>(), d_v.as<float>(), m, d_kc.as<float>(),
+                            d_vc.as<float>(), nullptr)
+                  .ok());
+  const std::vector<float> got_k = Download<float>(d_kc, k_cache_.size());
+  const std::vector<float> got_v = Download<float>(d_vc, v_cache_.size());
+  std::vector<AttentionToken> toks;
+  for (int64_t t = 0; t < m; ++t) toks.push_back({pos[t], tables_.data() + seq[t] * max_blocks_});
+  reference::WriteKv(k.data(), v.data(), m, toks.data(), {num_blocks_, kBlock, kKvHeads, kHd},
+                     k_cache_.data(), v_cache_.data());
+  EXPECT_TRUE(kernels::testing::BitwiseEqual(got_k, k_cache_));
+  EXPECT_TRUE(kernels::testing::BitwiseEqual(got_v, v_cache_));
 }
 
 TEST_F(PagedAttentionTest, TokenIsBitwiseIndependentOfChunkingAndBatch) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
 
 #include "common/kernels/cuda/cuda_kernels.h"
@@ -34,17 +35,15 @@ __global__ void __launch_bounds__(kNormThreads)
 }
 
 __global__ void RopeKernel(float* x, int64_t m, int64_t num_heads, int64_t head_dim,
-                           int64_t rotary_dim, const int32_t* positions, float theta) {
+                           int64_t rotary_dim, const int32_t* positions, const float* inv_freq) {
   const int64_t half = rotary_dim / 2;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= m * num_heads * half) return;
   const int64_t j = i % half;
   const int64_t head = (i / half) % num_heads;
   const int64_t row = i / (half * num_heads);
-  // HF: inv_freq = 1 / theta^(arange(0, dim, 2) / dim) in f32; angle = float(pos) * inv_freq.
-  const float inv_freq =
-      1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
-  const float angle = __fmul_rn(static_cast<float>(positions[row]), inv_freq);
+  // The CPU's f32 angle, bit for bit (RopeInvFreq is computed as kernels::ApplyRope does).
+  const float angle = __fmul_rn(static_cast<float>(positions[row]), inv_freq[j]);
   float s, c;
   sincosf(angle, &s, &c);
   float* v = x + (row * num_heads + head) * head_dim;
@@ -182,15 +181,25 @@ absl::Status LaunchRmsNorm(const float* x, int64_t m, int64_t d, const float* we
   return absl::OkStatus();
 }
 
+std::vector<float> RopeInvFreq(float theta, int64_t rotary_dim) {
+  std::vector<float> inv_freq(rotary_dim > 0 ? rotary_dim / 2 : 0);
+  for (size_t j = 0; j < inv_freq.size(); ++j) {
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(rotary_dim);
+    inv_freq[j] = 1.0f / std::pow(theta, exponent);
+  }
+  return inv_freq;
+}
+
 absl::Status LaunchRope(float* x, int64_t m, int64_t num_heads, int64_t head_dim,
-                        int64_t rotary_dim, const int32_t* positions, float theta, Stream stream) {
+                        int64_t rotary_dim, const int32_t* positions, const float* inv_freq,
+                        Stream stream) {
   if (m < 0 || num_heads <= 0 || rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
     return absl::InvalidArgumentError("rope: need an even rotary_dim in (0, head_dim]");
   }
   const int64_t n = m * num_heads * (rotary_dim / 2);
   if (n == 0) return absl::OkStatus();
   RopeKernel<<<Blocks(n, 256), 256, 0, stream>>>(x, m, num_heads, head_dim, rotary_dim, positions,
-                                                 theta);
+                                                 inv_freq);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
