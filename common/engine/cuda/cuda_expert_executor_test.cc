@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "common/engine/engine.h"
 #include "common/engine/local_expert_executor.h"
 #include "common/engine/testing/random_model.h"
 #include "common/kernels/cuda/cuda_kernels.h"
@@ -114,6 +115,38 @@ TEST_F(CudaExpertExecutorTest, RejectsUnknownLayerExpertOrHidden) {
   call.batches[0].expert_id = 0;
   call.hidden = 32;
   EXPECT_THAT(Run(*exec_, call), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hidden")));
+}
+
+// The engine with its experts on the device: a prompt's logits close to the CPU engine's in the
+// bf16-activation mode (the same bound as engine_bf16_test: within 3% of the largest |logit|),
+// and bitwise the same whether the prompt runs alone or batched with another sequence.
+TEST_F(CudaExpertExecutorTest, EngineWithDeviceExpertsStaysCloseToTheCpuAndBatchInvariant) {
+  const EngineOptions eo{.kv_num_blocks = 16, .activations = kernels::Activations::kBf16};
+  ASSERT_OK_AND_ASSIGN(auto cpu, Engine::Create(model_->config, model_->weights, eo));
+  ASSERT_OK_AND_ASSIGN(auto gpu, Engine::Create(model_->config, model_->weights, eo, exec_.get()));
+  std::vector<int32_t> prompt, other;
+  for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 5) % 512);
+  for (int i = 0; i < 9; ++i) other.push_back((i * 11 + 3) % 512);
+  const std::vector<int32_t> blocks_a = {0, 1}, blocks_b = {2, 3};
+  const int64_t vocab = model_->config.vocab_size;
+  StepOutput out;
+  std::vector<float> cpu_logits, gpu_alone;
+  for (Engine* e : {cpu.get(), gpu.get()}) {
+    const StepItem item{.token_ids = prompt, .block_table = blocks_a};
+    ASSERT_THAT(e->Step({item}, &out), IsOk());
+    std::vector<float>& dst = e == cpu.get() ? cpu_logits : gpu_alone;
+    dst.assign(out.row(0, 0, vocab), out.row(0, 0, vocab) + vocab);
+  }
+  float max_abs = 0, max_diff = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    max_abs = std::max(max_abs, std::fabs(cpu_logits[v]));
+    max_diff = std::max(max_diff, std::fabs(cpu_logits[v] - gpu_alone[v]));
+  }
+  EXPECT_LE(max_diff, 0.03f * max_abs);
+  const StepItem first{.token_ids = other, .block_table = blocks_b};
+  const StepItem again{.token_ids = prompt, .block_table = blocks_a};
+  ASSERT_THAT(gpu->Step({first, again}, &out), IsOk());
+  EXPECT_EQ(std::memcmp(out.row(1, 0, vocab), gpu_alone.data(), vocab * sizeof(float)), 0);
 }
 
 }  // namespace
