@@ -144,15 +144,41 @@ std::vector<ExpertKey> KeysFromProto(
     response->mutable_grpc()->set_reason(std::string(reason));
     return ::grpc::Status::OK;
   };
-  const bool wants_shm = std::find(request->accept().begin(), request->accept().end(),
-                                   pb::TRANSPORT_KIND_SHARED_MEMORY) != request->accept().end();
-  if (!wants_shm) return grpc_only("the caller accepts gRPC only");
-  if (shm_ == nullptr) return grpc_only("shared memory is disabled on this worker (shm.enabled)");
+  const auto& accept = request->accept();
+  const auto shm_at = std::find(accept.begin(), accept.end(), pb::TRANSPORT_KIND_SHARED_MEMORY);
+  const auto nccl_at = std::find(accept.begin(), accept.end(), pb::TRANSPORT_KIND_NCCL);
+  std::string nccl_reason;
+  // NCCL when the caller lists it before shared memory (or without it) and the worker can join.
+  if (nccl_at != accept.end() && nccl_at < shm_at) {
+    if (nccl_ == nullptr) {
+      nccl_reason = "nccl is disabled on this worker";
+    } else if (absl::StatusOr<NcclOffer> offer = nccl_->Offer(); offer.ok()) {
+      pb::NcclTransport* t = response->mutable_nccl();
+      t->set_unique_id(nccl::UniqueIdToBytes(offer->unique_id));
+      t->set_num_ranks(offer->num_ranks);
+      t->set_worker_rank(offer->worker_rank);
+      t->set_caller_rank(offer->caller_rank);
+      return ::grpc::Status::OK;
+    } else {
+      nccl_reason = std::string(offer.status().message());
+    }
+  }
+  auto grpc_after_nccl = [&](absl::string_view reason) {
+    return grpc_only(nccl_reason.empty() ? std::string(reason)
+                                         : absl::StrCat(nccl_reason, "; ", reason));
+  };
+  if (shm_at == accept.end()) {
+    return grpc_after_nccl(nccl_at == accept.end() ? "the caller accepts gRPC only"
+                                                   : "the caller accepts no shared memory");
+  }
+  if (shm_ == nullptr) {
+    return grpc_after_nccl("shared memory is disabled on this worker (shm.enabled)");
+  }
   if (!boot_id_.empty() && !request->boot_id().empty() && request->boot_id() != boot_id_) {
-    return grpc_only("the caller runs on another host");
+    return grpc_after_nccl("the caller runs on another host");
   }
   absl::StatusOr<ShmServer::Offer> offer = shm_->IssueTicket();
-  if (!offer.ok()) return grpc_only(offer.status().message());
+  if (!offer.ok()) return grpc_after_nccl(offer.status().message());
   pb::SharedMemoryTransport* t = response->mutable_shared_memory();
   t->set_socket_path(offer->socket_path);
   t->set_ticket(offer->ticket);

@@ -11,6 +11,7 @@
 #include "common/metrics/metrics_server.h"
 #include "moe/expert_worker/v1/expert_worker.grpc.pb.h"
 #include "services/expert-worker/core/expert_worker_core.h"
+#include "services/expert-worker/core/nccl_bootstrap.h"
 #include "services/expert-worker/core/shm_server.h"
 
 namespace moe::expert_worker {
@@ -70,6 +71,10 @@ class ExpertWorkerServer final
     shm_ = &shm;
     boot_id_ = std::move(boot_id);
   }
+  // Offers NCCL communicators (TRANSPORT_KIND_NCCL) from `nccl` to callers that accept them,
+  // before shared memory when the caller prefers it so; without a device the offer fails and
+  // the caller gets the next data plane, with the reason.
+  void EnableNccl(NcclBootstrap& nccl) { nccl_ = &nccl; }
   // Default: every caller this server accepts (its TLS settings apply to the RPC).
   void SetTransportAuthorizer(TransportAuthorizer authorizer) {
     authorizer_ = std::move(authorizer);
@@ -94,7 +99,8 @@ class ExpertWorkerServer final
 
  private:
   ExpertWorkerCore* const core_;
-  ShmServer* shm_ = nullptr;  // null: shared memory off
+  ShmServer* shm_ = nullptr;       // null: shared memory off
+  NcclBootstrap* nccl_ = nullptr;  // null: NCCL off
   std::string boot_id_;
   TransportAuthorizer authorizer_ = [](const ::grpc::ServerContext&) { return absl::OkStatus(); };
 };

@@ -11,6 +11,7 @@
 #include "common/grpc/server_runner.h"
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
+#include "common/nccl/testing/fake_communicator.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -35,6 +36,7 @@ class ExpertWorkerServerTest : public ::testing::Test {
     ASSERT_OK(core.status());
     core_ = std::move(*core);
     service_ = std::make_unique<ExpertWorkerServer>(core_.get());
+    service_->EnableNccl(nccl_);
     common::rpc::ServerOptions so;
     so.host = "127.0.0.1";
     runner_ = std::make_unique<common::rpc::ServerRunner>(so);
@@ -62,7 +64,19 @@ class ExpertWorkerServerTest : public ::testing::Test {
     return req;
   }
 
+  pb::NegotiateTransportResponse Negotiate(std::vector<pb::TransportKind> accept) {
+    pb::NegotiateTransportRequest req;
+    for (pb::TransportKind k : accept) req.add_accept(k);
+    pb::NegotiateTransportResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->NegotiateTransport(&ctx, req, &resp).ok());
+    return resp;
+  }
+
   std::string dir_;
+  // NCCL through the in-process fake: the id exchange is real gRPC, the communicator is not.
+  nccl::testing::FakeCommunicatorFactory nccl_factory_;
+  NcclBootstrap nccl_{nccl_factory_, {.join_timeout = absl::Seconds(60)}};
   common::metrics::Registry registry_;  // isolated: this test's metrics only
   std::unique_ptr<ExpertWorkerCore> core_;
   std::unique_ptr<ExpertWorkerServer> service_;
@@ -205,6 +219,40 @@ TEST_F(ExpertWorkerServerTest, NegotiateTransportOffersSharedMemoryOnlyToAdmitte
   EXPECT_EQ(refused.error_code(), ::grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(resp.transport_case(), pb::NegotiateTransportResponse::TRANSPORT_NOT_SET);
   runner.Shutdown(absl::Now());
+}
+
+TEST_F(ExpertWorkerServerTest, NcclOfferCarriesTheUniqueIdTheCallerJoinsWith) {
+  const pb::NegotiateTransportResponse resp =
+      Negotiate({pb::TRANSPORT_KIND_NCCL, pb::TRANSPORT_KIND_SHARED_MEMORY});
+  ASSERT_TRUE(resp.has_nccl()) << resp.DebugString();
+  EXPECT_EQ(resp.nccl().num_ranks(), 2);
+  EXPECT_EQ(resp.nccl().worker_rank(), 1);
+  EXPECT_EQ(resp.nccl().caller_rank(), 0);
+  ASSERT_OK_AND_ASSIGN(nccl::UniqueId id, nccl::UniqueIdFromBytes(resp.nccl().unique_id()));
+  // The router's side: join the communicator the worker is joining, with the id from the wire.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<nccl::Communicator> router,
+                       nccl_factory_.Join(id, resp.nccl().num_ranks(), resp.nccl().caller_rank(),
+                                          absl::Seconds(60)));
+  nccl_.WaitIdle();
+  EXPECT_EQ(nccl_.num_joined(), 1);
+  EXPECT_EQ(nccl_.num_failed(), 0);
+  std::vector<std::unique_ptr<nccl::Communicator>> joined = nccl_.TakeJoined();
+  ASSERT_EQ(joined.size(), 1u);
+  EXPECT_EQ(joined[0]->rank(), 1);
+  EXPECT_EQ(router->rank(), 0);
+}
+
+TEST_F(ExpertWorkerServerTest, NcclOnlyWhenTheCallerPrefersIt) {
+  // Shared memory first (disabled here): gRPC, and no NCCL join is started.
+  pb::NegotiateTransportResponse resp =
+      Negotiate({pb::TRANSPORT_KIND_SHARED_MEMORY, pb::TRANSPORT_KIND_NCCL});
+  ASSERT_TRUE(resp.has_grpc());
+  EXPECT_THAT(resp.grpc().reason(), ::testing::HasSubstr("shared memory is disabled"));
+  resp = Negotiate({});
+  ASSERT_TRUE(resp.has_grpc());
+  EXPECT_THAT(resp.grpc().reason(), ::testing::HasSubstr("gRPC only"));
+  nccl_.WaitIdle();
+  EXPECT_EQ(nccl_.num_joined() + nccl_.num_failed(), 0);
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
 #include "common/base/status_macros.h"
 #include "common/engine/ffn.h"
 #include "common/engine/local_expert_executor.h"
+#if MOE_HAVE_CUDA
+#include "common/engine/cuda/cuda_expert_executor.h"
+#endif
 #include "common/kernels/thread_pool.h"
 #include "common/tensor/dtype.h"
 
@@ -65,14 +68,20 @@ class ExpertWorkerCore::Impl {
     return checkpoint_->config();
   }
   kernels::Activations activations() const { return options_.activations; }
+  Compute compute() const { return options_.compute; }
 
  private:
   // A compute slot: its own pool and executor, used by one call at a time (whoever took it from
   // free_slots_).
   struct Slot {
     std::unique_ptr<kernels::ThreadPool> pool;
-    std::unique_ptr<engine::LocalExpertExecutor> executor;
+    std::unique_ptr<engine::ExpertExecutor> executor;
   };
+  // A slot's executor over the current weights_ (options_.compute).
+  absl::StatusOr<std::unique_ptr<engine::ExpertExecutor>> MakeExecutor(kernels::ThreadPool* pool)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(weights_mu_);
+  // compute cuda: uploads the resident set again into every slot's executor.
+  absl::Status RebuildDeviceExecutors() ABSL_EXCLUSIVE_LOCKS_REQUIRED(weights_mu_);
   struct Job {
     engine::ExpertCall call;
     RunDone done;
@@ -152,6 +161,22 @@ ResidentSet ExpertWorkerCore::resident() const { return impl_->resident(); }
 const model::ModelConfig& ExpertWorkerCore::config() const { return impl_->config(); }
 kernels::Activations ExpertWorkerCore::activations() const { return impl_->activations(); }
 
+absl::Status ExpertWorkerCoreOptions::Validate() const {
+  RETURN_IF_ERROR(common::config::CheckFields(*this));
+  if (compute == Compute::kCuda && activations != kernels::Activations::kBf16) {
+    return absl::InvalidArgumentError(
+        "compute: cuda computes the gpu numerics (bf16 activations into tensor cores); set "
+        "activations: bf16 on this worker and its routers");
+  }
+  if (compute == Compute::kCuda && max_concurrent_calls != 1) {
+    return absl::InvalidArgumentError(
+        "compute: cuda needs max_concurrent_calls: 1 (one device copy of the weights)");
+  }
+  return absl::OkStatus();
+}
+
+Compute ExpertWorkerCore::compute() const { return impl_->compute(); }
+
 absl::Status ExpertWorkerCore::CheckActivations(kernels::Activations caller) const {
   if (caller == activations()) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -164,6 +189,30 @@ ExpertWorkerCore::Impl::Impl(const ExpertWorkerCoreOptions& options, common::Clo
                              common::metrics::Registry& registry)
     : options_(options), clock_(clock), metrics_(registry) {}
 
+absl::StatusOr<std::unique_ptr<engine::ExpertExecutor>> ExpertWorkerCore::Impl::MakeExecutor(
+    kernels::ThreadPool* pool) {
+  if (options_.compute == Compute::kCpu) {
+    return std::make_unique<engine::LocalExpertExecutor>(&weights_, pool, options_.activations);
+  }
+#if MOE_HAVE_CUDA
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::CudaExpertExecutor> e,
+                   engine::CudaExpertExecutor::Create(checkpoint_->config(), weights_));
+  return std::unique_ptr<engine::ExpertExecutor>(std::move(e));
+#else
+  return absl::FailedPreconditionError(
+      "core.compute: cuda, but this build has no CUDA (configure with nvcc, MOE_ENABLE_CUDA)");
+#endif
+}
+
+absl::Status ExpertWorkerCore::Impl::RebuildDeviceExecutors() {
+  if (options_.compute != Compute::kCuda) return absl::OkStatus();
+  for (const std::unique_ptr<Slot>& slot : all_slots_) {
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::ExpertExecutor> e, MakeExecutor(slot->pool.get()));
+    slot->executor = std::move(e);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ExpertWorkerCore::Impl::Init(const std::vector<ExpertKey>& keys) {
   model::LoadOptions load = model::LoadOptions::OnlyExperts(keys);
   absl::MutexLock lock(&weights_mu_);
@@ -174,8 +223,7 @@ absl::Status ExpertWorkerCore::Impl::Init(const std::vector<ExpertKey>& keys) {
     for (int i = 0; i < options_.max_concurrent_calls; ++i) {
       auto slot = std::make_unique<Slot>();
       slot->pool = std::make_unique<kernels::ThreadPool>(options_.threads_per_call);
-      slot->executor = std::make_unique<engine::LocalExpertExecutor>(&weights_, slot->pool.get(),
-                                                                     options_.activations);
+      ASSIGN_OR_RETURN(slot->executor, MakeExecutor(slot->pool.get()));
       free_slots_.push_back(slot.get());
       all_slots_.push_back(std::move(slot));
     }
@@ -443,6 +491,7 @@ absl::StatusOr<ResidentSet> ExpertWorkerCore::Impl::Load(const std::vector<Exper
       slot = w;
       added.push_back(k);
     }
+    if (!added.empty()) RETURN_IF_ERROR(RebuildDeviceExecutors());
   }
   RETURN_IF_ERROR(WarmUpKeys(added));
   ResidentSet r = resident();
@@ -461,6 +510,9 @@ ResidentSet ExpertWorkerCore::Impl::Unload(const std::vector<ExpertKey>& keys) {
       if (k.expert < 0 || k.expert >= static_cast<int64_t>(experts.size())) continue;
       experts[k.expert] = model::ExpertWeights{};
     }
+    // Unload cannot fail: a failed re-upload keeps the old device copy, which still holds every
+    // expert that stays resident (the unloaded ones are refused by the resident check first).
+    (void)RebuildDeviceExecutors();
     r = ResidentLocked();
   }
   metrics_.resident_experts.Set(static_cast<double>(r.experts.size()));

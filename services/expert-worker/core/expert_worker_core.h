@@ -42,6 +42,9 @@ namespace moe::expert_worker {
 
 using model::ExpertKey;
 
+// Where the expert FFNs run. kCuda needs a build with nvcc and a device at start-up.
+enum class Compute : uint8_t { kCpu, kCuda };
+
 struct ExpertWorkerCoreOptions {
   // Hugging Face checkpoint directory. Required.
   std::string model_dir;
@@ -63,6 +66,13 @@ struct ExpertWorkerCoreOptions {
   // Activation numerics of the expert FFNs (kernels.h): cluster-wide, must match the routers'
   // core.activations.
   kernels::Activations activations = kernels::Activations::kF32;
+  // cpu (default): engine::LocalExpertExecutor, bitwise the embedded engine. cuda: the grouped
+  // bf16 expert FFN on device 0 (engine::CudaExpertExecutor; the `gpu` numerics, within a
+  // tolerance of the CPU, not its bits). Until the wire carries a `gpu` numerics tag, cuda
+  // requires activations: bf16, so a router in the default f32 mode is refused rather than
+  // served other bits; and max_concurrent_calls: 1 (each slot would hold its own weight copy).
+  // Load/Unload re-upload the resident set to the device.
+  Compute compute = Compute::kCpu;
 
   static void Describe(common::config::Schema<ExpertWorkerCoreOptions>& s) {
     s.Add("model_dir", &ExpertWorkerCoreOptions::model_dir, "HF checkpoint directory").NonEmpty();
@@ -83,8 +93,12 @@ struct ExpertWorkerCoreOptions {
     s.AddEnum("activations", &ExpertWorkerCoreOptions::activations,
               {{"f32", kernels::Activations::kF32}, {"bf16", kernels::Activations::kBf16}},
               "activation numerics, cluster-wide (must match the routers')");
+    s.AddEnum("compute", &ExpertWorkerCoreOptions::compute,
+              {{"cpu", Compute::kCpu}, {"cuda", Compute::kCuda}},
+              "where expert FFNs run: cpu (default) or cuda (needs nvcc at build, a GPU at start)");
   }
-  absl::Status Validate() const { return common::config::CheckFields(*this); }
+  // Fields, then: compute cuda needs activations bf16 and max_concurrent_calls 1.
+  absl::Status Validate() const;
 };
 
 using model::ParseExpertSpecs;
@@ -147,6 +161,8 @@ class ExpertWorkerCore {
   const model::ModelConfig& config() const;
   // The numerics mode every call must come with (options.activations).
   kernels::Activations activations() const;
+  // Where this worker's experts run (options.compute).
+  Compute compute() const;
   // OK when a caller computing with `caller` activations may use this worker; INVALID_ARGUMENT
   // naming core.activations otherwise (every transport refuses such a call the same way).
   absl::Status CheckActivations(kernels::Activations caller) const;

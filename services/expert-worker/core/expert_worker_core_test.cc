@@ -153,6 +153,31 @@ TEST_F(ExpertWorkerCoreTest, Bf16ActivationsAreTheInProcessExecutorsInThatMode) 
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(ExpertWorkerCoreTest, ComputeCudaNeedsBf16ActivationsAndOneSlot) {
+  ExpertWorkerCoreOptions o{.model_dir = *dir_, .compute = Compute::kCuda};
+  EXPECT_THAT(o.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     ::testing::HasSubstr("activations: bf16")));
+  o.activations = kernels::Activations::kBf16;
+  o.max_concurrent_calls = 2;
+  EXPECT_THAT(o.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     ::testing::HasSubstr("max_concurrent_calls: 1")));
+  o.max_concurrent_calls = 1;
+  EXPECT_OK(o.Validate());
+}
+
+// Without a GPU (or without nvcc at build time) a cuda worker refuses to start, saying why; the
+// device run (tests/gpu/device_check.sh) covers the other case through CudaExpertExecutor.
+TEST_F(ExpertWorkerCoreTest, ComputeCudaWithoutADeviceFailsToStartWithTheReason) {
+  const ExpertWorkerCoreOptions o{.model_dir = *dir_,
+                                  .experts = {"*:0"},
+                                  .activations = kernels::Activations::kBf16,
+                                  .compute = Compute::kCuda};
+  auto core = ExpertWorkerCore::Create(o, registry_, common::SystemClock::Get());
+  if (core.ok()) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_THAT(core.status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("CUDA")));
+}
+
 TEST_F(ExpertWorkerCoreTest, RejectsBadCalls) {
   auto core = MakeCore({"0:0-1"});
   ASSERT_NE(core, nullptr);
