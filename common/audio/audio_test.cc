@@ -127,8 +127,7 @@ TEST(WavTest, RejectsMalformedFilesWithAReason) {
   lying[16] = '\x7f';  // the LIST chunk claims more bytes than the file has
   EXPECT_THAT(DecodeWav(lying).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("longer than the file")));
-  EXPECT_THAT(DecodeWav(good, {.max_frames = 1}).status(),
-              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(DecodeWav(good, {.max_frames = 1}).status(), StatusIs(absl::StatusCode::kOutOfRange));
 }
 
 TEST(WavTest, HeaderRoundTrips) {

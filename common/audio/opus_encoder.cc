@@ -23,8 +23,8 @@ class OpusEncoder final : public AudioEncoder {
     int error = 0;
     enc_ = ope_encoder_create_callbacks(&kCallbacks, this, comments_, rate, 1, 0, &error);
     if (enc_ == nullptr || error != OPE_OK) {
-      return absl::InternalError(absl::StrCat("ope_encoder_create_callbacks: ",
-                                              ope_strerror(error)));
+      return absl::InternalError(
+          absl::StrCat("ope_encoder_create_callbacks: ", ope_strerror(error)));
     }
     ope_encoder_ctl(enc_, OPUS_SET_BITRATE(32000));
     ope_encoder_ctl(enc_, OPUS_SET_APPLICATION(OPUS_APPLICATION_VOIP));
@@ -37,7 +37,8 @@ class OpusEncoder final : public AudioEncoder {
     const int r = ope_encoder_write(enc_, pcm.data(), static_cast<int>(pcm.size()));
     *out += pending_;
     pending_.clear();
-    if (r != OPE_OK) return absl::InternalError(absl::StrCat("ope_encoder_write: ", ope_strerror(r)));
+    if (r != OPE_OK)
+      return absl::InternalError(absl::StrCat("ope_encoder_write: ", ope_strerror(r)));
     return absl::OkStatus();
   }
 
@@ -45,7 +46,8 @@ class OpusEncoder final : public AudioEncoder {
     const int r = ope_encoder_drain(enc_);
     *out += pending_;
     pending_.clear();
-    if (r != OPE_OK) return absl::InternalError(absl::StrCat("ope_encoder_drain: ", ope_strerror(r)));
+    if (r != OPE_OK)
+      return absl::InternalError(absl::StrCat("ope_encoder_drain: ", ope_strerror(r)));
     return absl::OkStatus();
   }
 

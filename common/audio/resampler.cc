@@ -9,8 +9,8 @@ namespace moe::audio {
 absl::StatusOr<std::unique_ptr<Resampler>> Resampler::Create(int32_t in_rate, int32_t out_rate) {
   for (int32_t r : {in_rate, out_rate}) {
     if (r < 1000 || r > 384000) {
-      return absl::InvalidArgumentError(absl::StrCat("sample rate ", r,
-                                                     " Hz is not in [1000, 384000]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sample rate ", r, " Hz is not in [1000, 384000]"));
     }
   }
   void* handle = nullptr;

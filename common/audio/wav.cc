@@ -63,8 +63,8 @@ absl::StatusOr<DecodedAudio> DecodeWav(std::string_view bytes, const WavLimits& 
   size_t pos = 12;
   while (true) {
     if (pos + 8 > bytes.size()) {
-      return absl::InvalidArgumentError(
-          have_fmt ? "WAV file has no data chunk" : "WAV file is truncated: no fmt chunk");
+      return absl::InvalidArgumentError(have_fmt ? "WAV file has no data chunk"
+                                                 : "WAV file is truncated: no fmt chunk");
     }
     const std::string_view id = bytes.substr(pos, 4);
     const uint32_t len = U32(bytes.data() + pos + 4);
@@ -88,8 +88,8 @@ absl::StatusOr<DecodedAudio> DecodeWav(std::string_view bytes, const WavLimits& 
       if (!have_fmt) return absl::InvalidArgumentError("WAV data chunk comes before fmt");
       break;
     } else if (body + len > bytes.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("WAV chunk '", std::string(id),
-                                                     "' is longer than the file"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("WAV chunk '", std::string(id), "' is longer than the file"));
     }
     pos = body + len + (len & 1);  // chunks are word-aligned
   }
@@ -99,18 +99,18 @@ absl::StatusOr<DecodedAudio> DecodeWav(std::string_view bytes, const WavLimits& 
         "WAV encoding 0x%04x is not supported (PCM integer or float only)", format));
   }
   if (channels == 0 || channels > 32) {
-    return absl::InvalidArgumentError(absl::StrCat("WAV channel count ", channels,
-                                                   " is not in [1, 32]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("WAV channel count ", channels, " is not in [1, 32]"));
   }
   if (rate < 1000 || rate > 384000) {
-    return absl::InvalidArgumentError(absl::StrCat("WAV sample rate ", rate,
-                                                   " Hz is not in [1000, 384000]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("WAV sample rate ", rate, " Hz is not in [1000, 384000]"));
   }
-  const bool bits_ok = is_float ? (bits == 32 || bits == 64)
-                                : (bits == 8 || bits == 16 || bits == 24 || bits == 32);
+  const bool bits_ok =
+      is_float ? (bits == 32 || bits == 64) : (bits == 8 || bits == 16 || bits == 24 || bits == 32);
   if (!bits_ok || block_align != channels * (bits / 8)) {
-    return absl::InvalidArgumentError(absl::StrCat("WAV sample size of ", bits,
-                                                   " bits is not supported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("WAV sample size of ", bits, " bits is not supported"));
   }
   const size_t data_start = pos + 8;
   const uint32_t declared = U32(bytes.data() + pos + 4);

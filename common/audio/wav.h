@@ -20,9 +20,9 @@
 namespace moe::audio {
 
 struct DecodedAudio {
-  int32_t sample_rate = 0;      // Hz, as the file says, in [1000, 384000]
-  int32_t channels = 0;         // in the file; `samples` is their average
-  std::vector<int16_t> samples; // mono s16, [num_frames]
+  int32_t sample_rate = 0;       // Hz, as the file says, in [1000, 384000]
+  int32_t channels = 0;          // in the file; `samples` is their average
+  std::vector<int16_t> samples;  // mono s16, [num_frames]
 };
 
 struct WavLimits {

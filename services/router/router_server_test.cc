@@ -43,8 +43,7 @@ class RouterServerTest : public ::testing::Test {
     options.num_threads = 1;
     options.kv_num_blocks = 256;
     options.scheduler = scheduler_options;
-    ASSERT_OK_AND_ASSIGN(core_,
-                         RouterCore::Create(options, registry_, common::SystemClock::Get()));
+    ASSERT_OK_AND_ASSIGN(core_, RouterCore::Create(options, registry_, common::SystemClock::Get()));
     const auto& config = core_->config();
     server_ = std::make_unique<RouterServer>(
         core_->scheduler(),
@@ -177,6 +176,30 @@ TEST_F(RouterServerTest, StreamsTheEnginesGreedyTokens) {
             2);
   EXPECT_EQ(registry_.Value("moe_cached_prompt_tokens_total", {{"model", "tiny"}}).value_or(-1),
             16);
+}
+
+TEST_F(RouterServerTest, PrefillOnlyFillsThePrefixCacheAndGeneratesNothing) {
+  StartRouter(SchedulerOptions{});
+  const auto prompt = Prompt(37, 3);
+  pb::GenerateRequest prefill =
+      Request(std::vector<int32_t>(prompt.begin(), prompt.begin() + 33), 0);
+  prefill.set_prefill_only(true);
+  Streamed warm = Generate(prefill);
+  ASSERT_TRUE(warm.status.ok()) << warm.status.error_message();
+  EXPECT_TRUE(warm.token_ids.empty());
+  ASSERT_EQ(warm.messages.size(), 1u);
+  EXPECT_EQ(warm.messages[0].finish_reason(), pb::FINISH_REASON_LENGTH);
+  EXPECT_EQ(warm.messages[0].usage().prompt_tokens(), 33);
+  EXPECT_EQ(warm.messages[0].usage().completion_tokens(), 0);
+  // The whole prompt then finds its first two blocks cached, and its tokens are unchanged.
+  Streamed full = Generate(Request(prompt, 6));
+  ASSERT_TRUE(full.status.ok());
+  EXPECT_EQ(full.messages.back().usage().cached_prompt_tokens(), 32);
+  EXPECT_THAT(full.token_ids, ElementsAreArray(EngineGreedy(prompt, 6)));
+
+  pb::GenerateRequest bad = Request(prompt, 4);
+  bad.set_prefill_only(true);
+  EXPECT_EQ(Generate(bad).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(RouterServerTest, ConcurrentStreamsEachMatchTheEngine) {
