@@ -5,6 +5,7 @@
 //   gateway: {port: 8000, args: ["--set", "limits.max_in_flight=64"]}
 //   router: {replicas: 2, args: ["--set", "core.num_threads=2"]}
 //   expert_worker: {replicas: 2}   # default 0: experts run inside the routers
+//   asr: {replicas: 1}             # asr and tts: one each by default (voice); 0 = no voice
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,8 @@ struct UpOptions {
   // One field per ServiceSpec of Topology() (its `options`), with that kind's defaults.
   ServiceOptions expert_worker{.replicas = 0, .args = {}, .port = 0};  // 0: experts in-process
   ServiceOptions router;
+  ServiceOptions asr;  // 0 replicas: the gateway's voice endpoints answer 503
+  ServiceOptions tts;
   ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};
 
   // The sections come from Topology(), in start order.
