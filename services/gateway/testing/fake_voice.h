@@ -55,15 +55,27 @@ class FakeAsrClient final : public AsrClient {
     }
   };
 
+  // What the caller holds: forwards to the Call, which the client keeps for the test.
+  struct Handle final : public AsrCall {
+    std::shared_ptr<Call> call;
+    void SendAudio(std::string pcm) override { call->SendAudio(std::move(pcm)); }
+    void Finalize() override { call->Finalize(); }
+    void Discard() override { call->Discard(); }
+    void CloseSend() override { call->CloseSend(); }
+    void Cancel() override { call->Cancel(); }
+  };
+
   std::unique_ptr<AsrCall> Transcribe(const AsrStreamConfig& config,
                                       std::shared_ptr<AsrObserver> observer) override {
-    auto call = std::make_unique<Call>();
+    auto call = std::make_shared<Call>();
     call->config = config;
     call->observer = std::move(observer);
     call->owner = this;
     absl::MutexLock lock(&mu_);
-    calls_.push_back(call.get());
-    return call;
+    calls_.push_back(call);
+    auto handle = std::make_unique<Handle>();
+    handle->call = std::move(call);
+    return handle;
   }
   bool configured() const override { return true; }
 
@@ -71,7 +83,7 @@ class FakeAsrClient final : public AsrClient {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(calls_.size());
   }
-  // The i-th call (it lives as long as its owner keeps the handle).
+  // The i-th call (kept until the client is destroyed).
   Call& call(int i) {
     absl::MutexLock lock(&mu_);
     return *calls_[static_cast<size_t>(i)];
@@ -89,7 +101,7 @@ class FakeAsrClient final : public AsrClient {
  private:
   friend struct Call;
   mutable absl::Mutex mu_;
-  std::vector<Call*> calls_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 inline void FakeAsrClient::Call::Finalize() {
@@ -181,19 +193,33 @@ class FakeTtsClient final : public TtsClient {
     }
   };
 
+  struct Handle final : public TtsCall {
+    std::shared_ptr<Call> call;
+    void SendText(std::string text, bool flush) override { call->SendText(std::move(text), flush); }
+    void CloseSend() override { call->CloseSend(); }
+    void Cancel() override { call->Cancel(); }
+  };
+
   std::unique_ptr<TtsCall> Synthesize(const TtsStreamConfig& config,
                                       std::shared_ptr<TtsObserver> observer) override {
+    auto call = std::make_shared<Call>();
+    call->owner = this;
     if (!fail_with.ok()) {
+      call->done = true;
       observer->OnDone(fail_with);
-      return std::make_unique<Call>();
+      auto handle = std::make_unique<Handle>();
+      handle->call = std::move(call);
+      return handle;
     }
-    auto call = std::make_unique<Call>();
     call->config = config;
     call->observer = std::move(observer);
-    call->owner = this;
-    absl::MutexLock lock(&mu_);
-    calls_.push_back(call.get());
-    return call;
+    {
+      absl::MutexLock lock(&mu_);
+      calls_.push_back(call);
+    }
+    auto handle = std::make_unique<Handle>();
+    handle->call = std::move(call);
+    return handle;
   }
   bool configured() const override { return true; }
 
@@ -216,7 +242,7 @@ class FakeTtsClient final : public TtsClient {
  private:
   friend struct Call;
   mutable absl::Mutex mu_;
-  std::vector<Call*> calls_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
 };
 
