@@ -90,7 +90,9 @@ struct Utterance {
 
 absl::StatusOr<Utterance> LoadUtterance() {
   std::ifstream in(kSpeech, std::ios::binary);
-  if (!in) return absl::FailedPreconditionError(absl::StrCat(kSpeech, " is missing (pocketsphinx-testdata)"));
+  if (!in)
+    return absl::FailedPreconditionError(
+        absl::StrCat(kSpeech, " is missing (pocketsphinx-testdata)"));
   std::stringstream ss;
   ss << in.rdbuf();
   ASSIGN_OR_RETURN(audio::DecodedAudio wav, audio::DecodeWav(ss.str()));
@@ -130,24 +132,24 @@ class TurnClient {
       net::connect(ws_.next_layer(), resolver.resolve("127.0.0.1", std::to_string(port_)));
       ws_.read_message_max(64 << 20);
       ws_.handshake(absl::StrCat("127.0.0.1:", port_), "/v1/realtime?model=" + model_);
-      ws_.write(net::buffer(Json{{"type", "session.update"},
-                                 {"session",
-                                  {{"type", "realtime"},
-                                   {"output_modalities", Json::array({"audio"})},
-                                   {"instructions", "Answer briefly."},
-                                   {"max_output_tokens", 48},
-                                   {"audio",
-                                    {{"input",
-                                      {{"format", {{"type", "audio/pcm"}, {"rate", kRate}}},
-                                       {"transcription", {{"model", "pocketsphinx"}}},
-                                       {"turn_detection",
-                                        {{"type", "server_vad"},
-                                         {"silence_duration_ms", kEndpointMs},
-                                         {"create_response", true}}}}},
-                                     {"output",
-                                      {{"format", {{"type", "audio/pcm"}, {"rate", kRate}}},
-                                       {"voice", "alloy"}}}}}}}}
-                                .dump()));
+      ws_.write(net::buffer(
+          Json{{"type", "session.update"},
+               {"session",
+                {{"type", "realtime"},
+                 {"output_modalities", Json::array({"audio"})},
+                 {"instructions", "Answer briefly."},
+                 {"max_output_tokens", 48},
+                 {"audio",
+                  {{"input",
+                    {{"format", {{"type", "audio/pcm"}, {"rate", kRate}}},
+                     {"transcription", {{"model", "pocketsphinx"}}},
+                     {"turn_detection",
+                      {{"type", "server_vad"},
+                       {"silence_duration_ms", kEndpointMs},
+                       {"create_response", true}}}}},
+                   {"output",
+                    {{"format", {{"type", "audio/pcm"}, {"rate", kRate}}}, {"voice", "alloy"}}}}}}}}
+              .dump()));
       for (;;) {  // up to session.updated
         beast::flat_buffer b;
         ws_.read(b);
@@ -195,8 +197,7 @@ class TurnClient {
     pace_.expires_at(start_ + std::chrono::milliseconds(kChunkMs * chunks_));
     pace_.async_wait([this, chunk_bytes](beast::error_code ec) {
       if (ec) return;
-      const std::string_view pcm =
-          std::string_view(audio_).substr(sent_bytes_, chunk_bytes);
+      const std::string_view pcm = std::string_view(audio_).substr(sent_bytes_, chunk_bytes);
       sent_bytes_ += pcm.size();
       Write(Json{{"type", "input_audio_buffer.append"}, {"audio", Base64(pcm)}}.dump());
       SchedulePace();
@@ -340,9 +341,9 @@ absl::StatusOr<BenchReport> RunVoiceBench(const SuiteOptions& options) {
 
   std::fprintf(stderr, "bench voice: starting router, asr, tts and two gateways\n");
   Supervisor group({.stop_grace = absl::Seconds(6), .output_fd = -1, .log = nullptr});
-  const std::vector<std::string> grpc_ports = {"--set", "grpc.host=127.0.0.1", "--set",
-                                               "grpc.port=0",  "--set", "metrics.host=127.0.0.1",
-                                               "--set", "metrics.port=0"};
+  const std::vector<std::string> grpc_ports = {
+      "--set", "grpc.host=127.0.0.1",    "--set", "grpc.port=0",
+      "--set", "metrics.host=127.0.0.1", "--set", "metrics.port=0"};
   auto with = [&](std::vector<std::string> a) {
     a.insert(a.end(), grpc_ports.begin(), grpc_ports.end());
     return a;
@@ -352,18 +353,18 @@ absl::StatusOr<BenchReport> RunVoiceBench(const SuiteOptions& options) {
                          with({"--set", "core.model_dir=" + model_dir, "--set",
                                absl::StrCat("core.num_threads=", options.threads)})));
   ASSIGN_OR_RETURN(const Supervisor::Member* asr, Start(group, "asr", bin + "/asr", with({})));
-  ASSIGN_OR_RETURN(const Supervisor::Member* tts,
-                   Start(group, "tts", bin + "/tts",
-                         with({"--set", absl::StrCat("core.first_chunk_max_chars=",
-                                                     kFirstChunkMaxChars)})));
+  ASSIGN_OR_RETURN(
+      const Supervisor::Member* tts,
+      Start(group, "tts", bin + "/tts",
+            with({"--set", absl::StrCat("core.first_chunk_max_chars=", kFirstChunkMaxChars)})));
   auto gateway = [&](const std::string& name, bool speculative) {
-    return Start(group, name, bin + "/gateway",
-                 {"--set", "model_dir=" + model_dir, "--set", "http.host=127.0.0.1", "--set",
-                  "http.port=0", "--set",
-                  absl::StrCat("routing.routers=127.0.0.1:", *router->ports.grpc), "--set",
-                  absl::StrCat("voice.asr=127.0.0.1:", *asr->ports.grpc), "--set",
-                  absl::StrCat("voice.tts=127.0.0.1:", *tts->ports.grpc), "--set",
-                  absl::StrCat("voice.realtime.speculative_prefill=", speculative)});
+    return Start(
+        group, name, bin + "/gateway",
+        {"--set", "model_dir=" + model_dir, "--set", "http.host=127.0.0.1", "--set", "http.port=0",
+         "--set", absl::StrCat("routing.routers=127.0.0.1:", *router->ports.grpc), "--set",
+         absl::StrCat("voice.asr=127.0.0.1:", *asr->ports.grpc), "--set",
+         absl::StrCat("voice.tts=127.0.0.1:", *tts->ports.grpc), "--set",
+         absl::StrCat("voice.realtime.speculative_prefill=", speculative)});
   };
   ASSIGN_OR_RETURN(const Supervisor::Member* gw_on, gateway("gateway-speculative", true));
   ASSIGN_OR_RETURN(const Supervisor::Member* gw_off, gateway("gateway-plain", false));
@@ -377,7 +378,8 @@ absl::StatusOr<BenchReport> RunVoiceBench(const SuiteOptions& options) {
       Series& s = speculative ? on : off;
       if (!t.ok()) {
         std::fprintf(stderr, "bench voice: run %d (%s) failed: %s\n", i,
-                     speculative ? "speculative" : "plain", std::string(t.status().message()).c_str());
+                     speculative ? "speculative" : "plain",
+                     std::string(t.status().message()).c_str());
         if (i >= 0) ++s.failures;
         continue;
       }

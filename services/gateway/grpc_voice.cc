@@ -285,8 +285,8 @@ class GrpcAsrClient final : public AsrClient {
     c->set_language(config.language);
     asr_pb::Asr::Stub* stub = targets_->Pick();
     stream->Start(
-        [stub](grpc::ClientContext* ctx, grpc::ClientBidiReactor<asr_pb::TranscribeRequest,
-                                                                 asr_pb::TranscribeResponse>* r) {
+        [stub](grpc::ClientContext* ctx,
+               grpc::ClientBidiReactor<asr_pb::TranscribeRequest, asr_pb::TranscribeResponse>* r) {
           stub->async()->Transcribe(ctx, r);
         },
         std::move(first));
@@ -358,8 +358,8 @@ class GrpcTtsClient final : public TtsClient {
     c->set_speed(config.speed);
     tts_pb::Tts::Stub* stub = targets_->Pick();
     stream->Start(
-        [stub](grpc::ClientContext* ctx, grpc::ClientBidiReactor<tts_pb::SynthesizeRequest,
-                                                                 tts_pb::SynthesizeResponse>* r) {
+        [stub](grpc::ClientContext* ctx,
+               grpc::ClientBidiReactor<tts_pb::SynthesizeRequest, tts_pb::SynthesizeResponse>* r) {
           stub->async()->Synthesize(ctx, r);
         },
         std::move(first));

@@ -354,7 +354,10 @@ void Connection::PostClose() {
 void Connection::DoRead() {
   state_ = State::kReading;
   parser_.emplace();
-  parser_->body_limit(static_cast<uint64_t>(server_->options().max_body_bytes));
+  // Beast checks a Content-Length against the limit while it parses the header, before the
+  // type is known: the larger limit here, the one for this request in OnHeader.
+  parser_->body_limit(static_cast<uint64_t>(
+      std::max(server_->options().max_body_bytes, server_->options().max_upload_bytes)));
   parser_->header_limit(static_cast<uint32_t>(server_->options().max_header_bytes));
   stream_.expires_after(
       std::chrono::microseconds(absl::ToInt64Microseconds(server_->options().idle_timeout)));
@@ -368,10 +371,17 @@ void Connection::OnHeader(beast::error_code ec) {
   if (!ec) {
     // Audio uploads are larger than API bodies: their limit applies once the type is known.
     const auto& h = parser_->get();
-    if (auto it = h.find(http::field::content_type);
-        it != h.end() && beast::iequals(it->value().substr(0, 19), "multipart/form-data")) {
-      parser_->body_limit(static_cast<uint64_t>(server_->options().max_upload_bytes));
+    const auto it = h.find(http::field::content_type);
+    const bool upload =
+        it != h.end() && beast::iequals(it->value().substr(0, 19), "multipart/form-data");
+    const uint64_t limit = static_cast<uint64_t>(upload ? server_->options().max_upload_bytes
+                                                        : server_->options().max_body_bytes);
+    // Too large by its Content-Length: refused before any of the body is read.
+    if (parser_->content_length() && *parser_->content_length() > limit) {
+      OnRead(http::error::body_limit);
+      return;
     }
+    parser_->body_limit(limit);  // chunked bodies: checked as they arrive
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](
                                                      beast::error_code ec2, size_t) {
       self->OnRead(ec2);

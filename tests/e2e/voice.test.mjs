@@ -149,6 +149,67 @@ test('audio.transcriptions.create transcribes recorded speech as json, text and 
       (e) => e.status === 400);
   });
 
+// A mono s16 WAV header for `dataBytes` of samples at `rate`.
+function wavHeader(rate, dataBytes) {
+  const h = Buffer.alloc(44);
+  h.write('RIFF', 0, 'ascii');
+  h.writeUInt32LE(36 + dataBytes, 4);
+  h.write('WAVEfmt ', 8, 'ascii');
+  h.writeUInt32LE(16, 16);
+  h.writeUInt16LE(1, 20);
+  h.writeUInt16LE(1, 22);
+  h.writeUInt32LE(rate, 24);
+  h.writeUInt32LE(rate * 2, 28);
+  h.writeUInt16LE(2, 32);
+  h.writeUInt16LE(16, 34);
+  h.write('data', 36, 'ascii');
+  h.writeUInt32LE(dataBytes, 40);
+  return h;
+}
+
+test('bad audio gets a clear error or an empty transcript, and the service goes on', async () => {
+  const transcribe = async (bytes) => {
+    const form = new FormData();
+    form.append('model', 'whisper-1');
+    form.append('file', new Blob([bytes], { type: 'audio/wav' }), 'x.wav');
+    const r = await fetch(`${baseUrl}/v1/audio/transcriptions`, { method: 'POST', body: form });
+    return { status: r.status, body: await r.json() };
+  };
+  // A truncated header, garbage, a rate no WAV has: 400 naming the file.
+  for (const bytes of [wavHeader(16000, 32000).subarray(0, 30), Buffer.from('not audio at all, not RIFF'),
+    Buffer.concat([wavHeader(100, 200), Buffer.alloc(200)])]) {
+    const r = await transcribe(bytes);
+    assert.equal(r.status, 400, JSON.stringify(r.body));
+    assert.equal(r.body.error.param, 'file');
+  }
+  // An odd byte count (half a sample at the end) and an 8 kHz rate: decoded, resampled.
+  const odd = await transcribe(Buffer.concat([wavHeader(8000, 16001), Buffer.alloc(16001)]));
+  assert.equal(odd.status, 200, JSON.stringify(odd.body));
+  assert.equal(odd.body.text, '');
+  // Ten minutes of silence (19 MB): an empty transcript.
+  const long = await transcribe(Buffer.concat([wavHeader(16000, 16000 * 2 * 600), Buffer.alloc(16000 * 2 * 600)]));
+  assert.equal(long.status, 200, JSON.stringify(long.body));
+  assert.equal(long.body.text, '');
+  // A 100 MB upload is refused from its Content-Length, before the body is read.
+  const { request } = await import('node:http');
+  const refused = await new Promise((resolve, reject) => {
+    const u = new URL(`${baseUrl}/v1/audio/transcriptions`);
+    const req = request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST',
+      headers: { 'Content-Type': 'multipart/form-data; boundary=b', 'Content-Length': 100 << 20 } });
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('error', reject);
+    req.write('--b\r\n');
+  });
+  assert.equal(refused.status, 413, refused.body);
+  // Still serving.
+  const ok = await transcribe(readFileSync(kSpeech));
+  assert.equal(ok.status, 200);
+});
+
 // A realtime session through the SDK's ws client. The SDK always dials wss://; the gateway
 // speaks plain ws on loopback (TLS is the ingress's job), so the socket is a plain TCP one.
 function connect() {

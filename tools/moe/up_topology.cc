@@ -79,18 +79,17 @@ std::vector<ServiceSpec> MakeTopology() {
       .ready = GrpcServing,
   });
   // The speech services (DESIGN.md §2): the gateway's audio endpoints and /v1/realtime use them.
-  for (const auto& [name, options] : {std::pair{"asr", &UpOptions::asr},
-                                      std::pair{"tts", &UpOptions::tts}}) {
+  for (const auto& [name, options] :
+       {std::pair{"asr", &UpOptions::asr}, std::pair{"tts", &UpOptions::tts}}) {
     specs.push_back({
         .name = name,
         .binary = name,
         .options = options,
         .flags =
             [](const UpContext& c, int) {
-              return std::vector<std::string>{"--set", "grpc.host=" + c.options.host,
-                                              "--set", "grpc.port=0",
-                                              "--set", "metrics.host=" + c.options.host,
-                                              "--set", "metrics.port=0"};
+              return std::vector<std::string>{
+                  "--set", "grpc.host=" + c.options.host,    "--set", "grpc.port=0",
+                  "--set", "metrics.host=" + c.options.host, "--set", "metrics.port=0"};
             },
         .ready = GrpcServing,
     });

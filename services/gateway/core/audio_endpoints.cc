@@ -220,9 +220,9 @@ class SpeechCall final : public TtsObserver, public std::enable_shared_from_this
   void EnsureStarted() {
     if (started_) return;
     started_ = true;
-    writer_->StartStream(
-        200, {{"Content-Type", sse_ ? std::string("text/event-stream; charset=utf-8")
-                                    : std::string(audio::ContentType(format_))}});
+    writer_->StartStream(200,
+                         {{"Content-Type", sse_ ? std::string("text/event-stream; charset=utf-8")
+                                                : std::string(audio::ContentType(format_))}});
   }
   void Emit(std::string bytes) {
     if (bytes.empty()) return;
@@ -315,8 +315,9 @@ CancelFn AudioEndpoints::Transcribe(const HttpRequest& request,
       static_cast<double>(decoded->samples.size()) / static_cast<double>(decoded->sample_rate);
   if (duration_s > absl::ToDoubleSeconds(options_.max_transcription_audio)) {
     return reject(ApiError::InvalidParam(
-        "file", absl::StrFormat("The audio is %.1f s long; at most %.0f s are accepted.",
-                                duration_s, absl::ToDoubleSeconds(options_.max_transcription_audio))));
+        "file",
+        absl::StrFormat("The audio is %.1f s long; at most %.0f s are accepted.", duration_s,
+                        absl::ToDoubleSeconds(options_.max_transcription_audio))));
   }
   absl::StatusOr<std::vector<int16_t>> pcm =
       audio::Resample(decoded->samples, decoded->sample_rate, kAsrRate);
@@ -351,13 +352,17 @@ CancelFn AudioEndpoints::Speak(const HttpRequest& request,
   auto str = [&](const char* key, std::string* out) -> std::optional<ApiError> {
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) return std::nullopt;
-    if (!it->is_string()) return ApiError::InvalidParam(key, absl::StrCat("'", key, "' must be a string."));
+    if (!it->is_string())
+      return ApiError::InvalidParam(key, absl::StrCat("'", key, "' must be a string."));
     *out = it->get<std::string>();
     return std::nullopt;
   };
   std::string model, input, voice, format = "mp3", stream_format = "audio", instructions;
-  for (auto [key, out] : {std::pair{"model", &model}, {"input", &input}, {"voice", &voice},
-                          {"response_format", &format}, {"stream_format", &stream_format},
+  for (auto [key, out] : {std::pair{"model", &model},
+                          {"input", &input},
+                          {"voice", &voice},
+                          {"response_format", &format},
+                          {"stream_format", &stream_format},
                           {"instructions", &instructions}}) {
     if (std::optional<ApiError> e = str(key, out)) return reject(*e);
   }
@@ -370,8 +375,8 @@ CancelFn AudioEndpoints::Speak(const HttpRequest& request,
   if (input.empty()) return reject(ApiError::InvalidParam("input", "'input' is required."));
   if (static_cast<int64_t>(input.size()) > options_.max_speech_input_chars) {
     return reject(ApiError::InvalidParam(
-        "input", absl::StrCat("'input' is longer than ", options_.max_speech_input_chars,
-                              " characters.")));
+        "input",
+        absl::StrCat("'input' is longer than ", options_.max_speech_input_chars, " characters.")));
   }
   const std::optional<audio::AudioFormat> f = audio::ParseAudioFormat(format);
   if (!f) {
@@ -385,7 +390,8 @@ CancelFn AudioEndpoints::Speak(const HttpRequest& request,
   }
   double speed = 1.0;
   if (auto it = body.find("speed"); it != body.end() && !it->is_null()) {
-    if (!it->is_number()) return reject(ApiError::InvalidParam("speed", "'speed' must be a number."));
+    if (!it->is_number())
+      return reject(ApiError::InvalidParam("speed", "'speed' must be a number."));
     speed = it->get<double>();
     if (!(speed >= 0.25 && speed <= 4.0)) {
       return reject(ApiError::InvalidParam("speed", "'speed' must be in [0.25, 4.0]."));

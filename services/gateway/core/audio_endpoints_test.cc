@@ -22,8 +22,8 @@ namespace {
 using Json = nlohmann::json;
 using testing::FakeAsrClient;
 using testing::FakeTtsClient;
-using testing::RecordingWriter;
 using ::testing::HasSubstr;
+using testing::RecordingWriter;
 
 constexpr char kBoundary[] = "XyZbOuNdArY";
 
@@ -108,12 +108,12 @@ TEST_F(AudioEndpointsTest, TranscriptionResamplesTheUploadTo16kHzAndAnswersJson)
 
 TEST_F(AudioEndpointsTest, TranscriptionFormatsTextAndVerboseJsonSegments) {
   asr_.final_texts = {"one two", "three"};
-  auto text = Transcribe(Upload(Wav(16000, 2.5), {{"model", "pocketsphinx"},
-                                                 {"response_format", "text"}}));
+  auto text =
+      Transcribe(Upload(Wav(16000, 2.5), {{"model", "pocketsphinx"}, {"response_format", "text"}}));
   EXPECT_EQ(text->status(), 200);
   EXPECT_EQ(text->body(), "one two three\n");
-  auto verbose = Transcribe(Upload(Wav(16000, 2.5), {{"model", "gpt-4o-transcribe"},
-                                                    {"response_format", "verbose_json"}}));
+  auto verbose = Transcribe(Upload(
+      Wav(16000, 2.5), {{"model", "gpt-4o-transcribe"}, {"response_format", "verbose_json"}}));
   const Json j = Json::parse(verbose->body());
   EXPECT_EQ(j["text"], "one two three");
   EXPECT_DOUBLE_EQ(j["duration"].get<double>(), 2.5);
@@ -135,8 +135,7 @@ TEST_F(AudioEndpointsTest, BadUploadsAreA400NamingTheParameterAndNeverReachAsr) 
       {not_multipart, "", "multipart/form-data"},
       {Upload(wav, {}), "model", "required"},
       {Upload(wav, {{"model", "whisper-9"}}), "model", "whisper-9"},
-      {Upload(wav, {{"model", "whisper-1"}, {"response_format", "srt"}}), "response_format",
-       "srt"},
+      {Upload(wav, {{"model", "whisper-1"}, {"response_format", "srt"}}), "response_format", "srt"},
       {Upload(wav.substr(0, 30), {{"model", "whisper-1"}}), "file", "audio file"},
       {Upload("garbage bytes, not a RIFF file", {{"model", "whisper-1"}}), "file", "audio file"},
   };
@@ -190,14 +189,17 @@ TEST_F(AudioEndpointsTest, SpeechStreamsMp3ByDefault) {
 
 TEST_F(AudioEndpointsTest, SpeechAsPcmIsTheServiceSamplesAndWavHasAHeader) {
   const std::string input = "Hi.";
-  auto pcm = Speak({{"model", "gpt-4o-mini-tts"}, {"voice", "nova"}, {"input", input},
-                    {"response_format", "pcm"}, {"speed", 2.0}});
+  auto pcm = Speak({{"model", "gpt-4o-mini-tts"},
+                    {"voice", "nova"},
+                    {"input", input},
+                    {"response_format", "pcm"},
+                    {"speed", 2.0}});
   EXPECT_EQ(pcm->status(), 200);
   // The fake speaks 10 ms (480 samples of 24 kHz) per input byte.
   EXPECT_EQ(pcm->body().size(), input.size() * 480);
   EXPECT_FLOAT_EQ(tts_.call(0).config.speed, 2.0f);
-  auto wav = Speak({{"model", "tts-1"}, {"voice", "nova"}, {"input", input},
-                    {"response_format", "wav"}});
+  auto wav =
+      Speak({{"model", "tts-1"}, {"voice", "nova"}, {"input", input}, {"response_format", "wav"}});
   EXPECT_EQ(wav->body().substr(0, 4), "RIFF");
   EXPECT_EQ(wav->body().size(), 44 + input.size() * 480);
 }

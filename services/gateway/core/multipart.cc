@@ -61,8 +61,7 @@ absl::StatusOr<std::vector<FormPart>> ParseMultipartFormData(std::string_view bo
     }
     FormPart part;
     bool disposition = false;
-    for (absl::string_view line :
-         absl::StrSplit(A(body.substr(pos, headers_end - pos)), "\r\n")) {
+    for (absl::string_view line : absl::StrSplit(A(body.substr(pos, headers_end - pos)), "\r\n")) {
       const size_t colon = line.find(':');
       if (colon == absl::string_view::npos) continue;
       const absl::string_view name = absl::StripAsciiWhitespace(line.substr(0, colon));
@@ -86,8 +85,8 @@ absl::StatusOr<std::vector<FormPart>> ParseMultipartFormData(std::string_view bo
     part.data = body.substr(data_start, next - data_start);
     parts.push_back(std::move(part));
     if (static_cast<int>(parts.size()) > max_parts) {
-      return absl::InvalidArgumentError(absl::StrCat("The form has more than ", max_parts,
-                                                     " parts."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("The form has more than ", max_parts, " parts."));
     }
     pos = next + 2;
   }

@@ -40,9 +40,9 @@ TEST(MultipartTest, RejectsWhatIsNotAWellFormedForm) {
                                      kType)
                   .status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
-  EXPECT_THAT(ParseMultipartFormData("------b0undary\r\nX: y\r\n\r\nz\r\n------b0undary--", kType)
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Content-Disposition")));
+  EXPECT_THAT(
+      ParseMultipartFormData("------b0undary\r\nX: y\r\n\r\nz\r\n------b0undary--", kType).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Content-Disposition")));
   std::string many;
   for (int i = 0; i < 5; ++i) {
     many += "------b0undary\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nv\r\n";

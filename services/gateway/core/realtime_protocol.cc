@@ -15,8 +15,8 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
 
 // A number field into `out`; absent or null leaves it.
 template <typename T>
-absl::Status Number(const Json& obj, const char* key, const std::string& path, double lo,
-                    double hi, T* out) {
+absl::Status Number(const Json& obj, const char* key, const std::string& path, double lo, double hi,
+                    T* out) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_number()) return Invalid(path, "must be a number");
@@ -143,7 +143,8 @@ absl::Status ApplySessionUpdate(const Json& s, RealtimeSessionConfig* c, Realtim
   if (absl::Status st = String(s, "instructions", "instructions", &next.instructions); !st.ok()) {
     return st;
   }
-  if (absl::Status st = Number(s, "temperature", "temperature", 0, 2, &next.temperature); !st.ok()) {
+  if (absl::Status st = Number(s, "temperature", "temperature", 0, 2, &next.temperature);
+      !st.ok()) {
     return check(st);
   }
   if (ga) {
@@ -217,15 +218,13 @@ absl::Status ApplySessionUpdate(const Json& s, RealtimeSessionConfig* c, Realtim
 
 Json SessionJson(const RealtimeSessionConfig& c, RealtimeFlavor flavor, const std::string& id,
                  const std::string& model) {
-  const Json turn =
-      c.turn.server_vad
-          ? Json{{"type", "server_vad"},
-                 {"threshold", c.turn.threshold},
-                 {"prefix_padding_ms", c.turn.prefix_padding_ms},
-                 {"silence_duration_ms", c.turn.silence_duration_ms},
-                 {"create_response", c.turn.create_response},
-                 {"interrupt_response", c.turn.interrupt_response}}
-          : Json(nullptr);
+  const Json turn = c.turn.server_vad ? Json{{"type", "server_vad"},
+                                             {"threshold", c.turn.threshold},
+                                             {"prefix_padding_ms", c.turn.prefix_padding_ms},
+                                             {"silence_duration_ms", c.turn.silence_duration_ms},
+                                             {"create_response", c.turn.create_response},
+                                             {"interrupt_response", c.turn.interrupt_response}}
+                                      : Json(nullptr);
   const Json transcription =
       c.transcribe_input ? Json{{"model", c.transcription_model}} : Json(nullptr);
   const Json max_tokens = c.max_output_tokens > 0 ? Json(c.max_output_tokens) : Json("inf");
@@ -254,8 +253,11 @@ Json SessionJson(const RealtimeSessionConfig& c, RealtimeFlavor flavor, const st
           {"output_modalities", c.audio_out ? Json{"audio"} : Json{"text"}},
           {"instructions", c.instructions},
           {"audio",
-           {{"input", {{"format", format}, {"transcription", transcription},
-                       {"turn_detection", turn}, {"noise_reduction", nullptr}}},
+           {{"input",
+             {{"format", format},
+              {"transcription", transcription},
+              {"turn_detection", turn},
+              {"noise_reduction", nullptr}}},
             {"output", {{"format", format}, {"voice", c.voice}, {"speed", c.speed}}}}},
           {"tools", Json::array()},
           {"tool_choice", "auto"},
@@ -263,10 +265,15 @@ Json SessionJson(const RealtimeSessionConfig& c, RealtimeFlavor flavor, const st
 }
 
 const RealtimeNames& NamesFor(RealtimeFlavor flavor) {
-  static const RealtimeNames kBeta = {
-      "response.text.delta",           "response.text.done",  "response.audio.delta",
-      "response.audio.done",           "response.audio_transcript.delta",
-      "response.audio_transcript.done", "conversation.item.created", "text", "audio"};
+  static const RealtimeNames kBeta = {"response.text.delta",
+                                      "response.text.done",
+                                      "response.audio.delta",
+                                      "response.audio.done",
+                                      "response.audio_transcript.delta",
+                                      "response.audio_transcript.done",
+                                      "conversation.item.created",
+                                      "text",
+                                      "audio"};
   static const RealtimeNames kGa = {"response.output_text.delta",
                                     "response.output_text.done",
                                     "response.output_audio.delta",

@@ -65,7 +65,8 @@ TEST(RealtimeProtocolTest, BadFieldsAreNamedAndLeaveTheConfig) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("session.input_audio_format"));
   EXPECT_EQ(c.instructions, "keep");
   s = ApplySessionUpdate(Json::parse(R"({"type": "realtime", "audio": {"input": {"format":
-      {"type": "audio/pcm", "rate": 16000}}}})"), &c, &flavor);
+      {"type": "audio/pcm", "rate": 16000}}}})"),
+                         &c, &flavor);
   EXPECT_THAT(std::string(s.message()), HasSubstr("audio.input.format"));
   s = ApplySessionUpdate(Json::parse(R"({"temperature": 7})"), &c, &flavor);
   EXPECT_THAT(std::string(s.message()), HasSubstr("session.temperature"));

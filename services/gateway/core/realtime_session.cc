@@ -16,7 +16,7 @@ using Json = nlohmann::json;
 
 namespace {
 
-constexpr int32_t kRate = 24000;        // pcm16 of the realtime API, in and out
+constexpr int32_t kRate = 24000;  // pcm16 of the realtime API, in and out
 constexpr int32_t kBytesPerMs = kRate * 2 / 1000;
 // Tokens dropped from the end of a speculative prefix: the last word may still grow, and BPE
 // may merge across it.
@@ -60,7 +60,9 @@ class RealtimeSession::AsrEvents final : public AsrObserver {
   AsrEvents(std::weak_ptr<RealtimeSession> s, uint64_t g) : session_(std::move(s)), gen_(g) {}
   void OnEvent(AsrEvent e) override {
     if (auto s = session_.lock()) {
-      s->Post([g = gen_, e = std::move(e)](RealtimeSession& r) mutable { r.OnAsrEvent(g, std::move(e)); });
+      s->Post([g = gen_, e = std::move(e)](RealtimeSession& r) mutable {
+        r.OnAsrEvent(g, std::move(e));
+      });
     }
   }
   void OnDone(absl::Status st) override {
@@ -79,7 +81,9 @@ class RealtimeSession::GenerateEvents final : public GenerateObserver {
   GenerateEvents(std::weak_ptr<RealtimeSession> s, uint64_t g) : session_(std::move(s)), gen_(g) {}
   void OnUpdate(GenerateUpdate u) override {
     if (auto s = session_.lock()) {
-      s->Post([g = gen_, u = std::move(u)](RealtimeSession& r) mutable { r.OnTokens(g, std::move(u)); });
+      s->Post([g = gen_, u = std::move(u)](RealtimeSession& r) mutable {
+        r.OnTokens(g, std::move(u));
+      });
     }
   }
   void OnFailed(absl::Status st) override {
@@ -98,7 +102,9 @@ class RealtimeSession::TtsEvents final : public TtsObserver {
   TtsEvents(std::weak_ptr<RealtimeSession> s, uint64_t g) : session_(std::move(s)), gen_(g) {}
   void OnAudio(TtsAudio a) override {
     if (auto s = session_.lock()) {
-      s->Post([g = gen_, a = std::move(a)](RealtimeSession& r) mutable { r.OnTtsAudio(g, std::move(a)); });
+      s->Post([g = gen_, a = std::move(a)](RealtimeSession& r) mutable {
+        r.OnTtsAudio(g, std::move(a));
+      });
     }
   }
   void OnDone(absl::Status st) override {
@@ -354,7 +360,8 @@ void RealtimeSession::OnAsrEvent(uint64_t generation, AsrEvent e) {
       if (config_.transcribe_input && stable.size() > transcript_sent_.size() &&
           stable.compare(0, transcript_sent_.size(), transcript_sent_) == 0) {
         std::string delta = stable.substr(transcript_sent_.size());
-        if (!transcript_sent_.empty()) delta = " " + std::string(absl::StripLeadingAsciiWhitespace(delta));
+        if (!transcript_sent_.empty())
+          delta = " " + std::string(absl::StripLeadingAsciiWhitespace(delta));
         Send({{"type", "conversation.item.input_audio_transcription.delta"},
               {"item_id", input_item_id_},
               {"content_index", 0},
@@ -446,7 +453,8 @@ void RealtimeSession::MaybeSpeculate(const std::string& stable) {
   g.cache_salt = params_.session_id;
   g.prefill_only = true;
   if (prefill_) prefill_->Cancel();
-  prefill_ = deps_.backend.Generate(std::move(g), std::make_shared<PrefillEvents>(weak_from_this()));
+  prefill_ =
+      deps_.backend.Generate(std::move(g), std::make_shared<PrefillEvents>(weak_from_this()));
 }
 
 void RealtimeSession::OnAsrDone(uint64_t generation, absl::Status status) {
@@ -478,12 +486,8 @@ Json RealtimeSession::ItemJson(const Item& item, const std::string& status) cons
   if (item.role == "user" && item.id.rfind("item_", 0) == 0 && !item.text.empty()) {
     content.push_back({{"type", "input_audio"}, {"transcript", item.text}});
   }
-  Json j = {{"id", item.id},
-            {"object", "realtime.item"},
-            {"type", "message"},
-            {"status", status},
-            {"role", item.role},
-            {"content", std::move(content)}};
+  Json j = {{"id", item.id},    {"object", "realtime.item"}, {"type", "message"},
+            {"status", status}, {"role", item.role},         {"content", std::move(content)}};
   return j;
 }
 
@@ -521,10 +525,12 @@ void RealtimeSession::OnItemCreate(const Json& event) {
     for (const Json& part : *c) {
       const std::string type = part.value("type", std::string());
       if (type == "input_text" || type == "text" || type == "output_text") {
-        if (part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
+        if (part.contains("text") && part["text"].is_string())
+          text += part["text"].get<std::string>();
       } else {
         Error("invalid_value",
-              absl::StrCat("Content type '", type, "' is not supported in conversation.item.create "
+              absl::StrCat("Content type '", type,
+                           "' is not supported in conversation.item.create "
                            "(send audio with input_audio_buffer.append)."),
               "item.content", id);
         return;
@@ -534,12 +540,9 @@ void RealtimeSession::OnItemCreate(const Json& event) {
   std::string item_id = item.value("id", std::string());
   if (item_id.empty() || item_id.size() > 64) item_id = NewId("item_");
   Item added{.id = item_id, .role = role, .text = text};
-  Json j = {{"id", added.id},
-            {"object", "realtime.item"},
-            {"type", "message"},
-            {"status", "completed"},
-            {"role", role},
-            {"content", item.value("content", Json::array())}};
+  Json j = {{"id", added.id},    {"object", "realtime.item"},
+            {"type", "message"}, {"status", "completed"},
+            {"role", role},      {"content", item.value("content", Json::array())}};
   const std::string previous = items_.empty() ? std::string() : items_.back().id;
   Send({{"type", NamesFor(flavor_).item_added},
         {"previous_item_id", previous.empty() ? Json(nullptr) : Json(previous)},
@@ -623,22 +626,16 @@ void RealtimeSession::StartResponse(const Json& overrides, const Json& client_ev
   resp->audio = audio;
   resp->spoken_turn = !overrides.is_object() && speech_stopped_at_.has_value();
   const RealtimeNames& names = NamesFor(flavor_);
-  Json response_obj = {{"object", "realtime.response"},
-                       {"id", resp->id},
-                       {"status", "in_progress"},
-                       {"status_details", nullptr},
-                       {"output", Json::array()},
-                       {"usage", nullptr}};
+  Json response_obj = {{"object", "realtime.response"}, {"id", resp->id},
+                       {"status", "in_progress"},       {"status_details", nullptr},
+                       {"output", Json::array()},       {"usage", nullptr}};
   response_obj[flavor_ == RealtimeFlavor::kGa ? "output_modalities" : "modalities"] =
       audio ? (flavor_ == RealtimeFlavor::kGa ? Json{"audio"} : Json{"text", "audio"})
             : Json{"text"};
   Send({{"type", "response.created"}, {"response", response_obj}});
-  const Json item = {{"id", resp->item_id},
-                     {"object", "realtime.item"},
-                     {"type", "message"},
-                     {"status", "in_progress"},
-                     {"role", "assistant"},
-                     {"content", Json::array()}};
+  const Json item = {{"id", resp->item_id}, {"object", "realtime.item"},
+                     {"type", "message"},   {"status", "in_progress"},
+                     {"role", "assistant"}, {"content", Json::array()}};
   Send({{"type", "response.output_item.added"},
         {"response_id", resp->id},
         {"output_index", 0},
@@ -816,8 +813,8 @@ void RealtimeSession::FinishResponse(const std::string& status, const std::strin
   if (r.generate) r.generate->Cancel();
   if (r.tts) r.tts->Cancel();
   const RealtimeNames& names = NamesFor(flavor_);
-  const Json ids = {{"response_id", r.id}, {"item_id", r.item_id}, {"output_index", 0},
-                    {"content_index", 0}};
+  const Json ids = {
+      {"response_id", r.id}, {"item_id", r.item_id}, {"output_index", 0}, {"content_index", 0}};
   auto with = [&ids](Json j) {
     j.update(ids);
     return j;
@@ -833,12 +830,9 @@ void RealtimeSession::FinishResponse(const std::string& status, const std::strin
   }
   Send(with({{"type", "response.content_part.done"}, {"part", part}}));
   const std::string item_status = status == "completed" ? "completed" : "incomplete";
-  const Json item = {{"id", r.item_id},
-                     {"object", "realtime.item"},
-                     {"type", "message"},
-                     {"status", item_status},
-                     {"role", "assistant"},
-                     {"content", Json::array({part})}};
+  const Json item = {{"id", r.item_id},     {"object", "realtime.item"},
+                     {"type", "message"},   {"status", item_status},
+                     {"role", "assistant"}, {"content", Json::array({part})}};
   Send({{"type", "response.output_item.done"},
         {"response_id", r.id},
         {"output_index", 0},
@@ -873,22 +867,22 @@ void RealtimeSession::FinishResponse(const std::string& status, const std::strin
   Json details = nullptr;
   if (status == "cancelled") details = {{"type", "cancelled"}, {"reason", reason}};
   if (status == "failed") details = {{"type", "failed"}, {"error", {{"type", "server_error"}}}};
-  Json response_obj = {
-      {"object", "realtime.response"},
-      {"id", r.id},
-      {"status", status},
-      {"status_details", details},
-      {"output", Json::array({item})},
-      {"usage",
-       {{"total_tokens", r.usage.prompt_tokens + r.usage.completion_tokens},
-        {"input_tokens", r.usage.prompt_tokens},
-        {"output_tokens", r.usage.completion_tokens},
-        {"input_token_details",
-         {{"cached_tokens", r.usage.cached_prompt_tokens}, {"text_tokens", r.usage.prompt_tokens},
-          {"audio_tokens", 0}}},
-        {"output_token_details",
-         {{"text_tokens", r.usage.completion_tokens}, {"audio_tokens", 0}}}}},
-      {"moe_timings", std::move(timings)}};
+  Json response_obj = {{"object", "realtime.response"},
+                       {"id", r.id},
+                       {"status", status},
+                       {"status_details", details},
+                       {"output", Json::array({item})},
+                       {"usage",
+                        {{"total_tokens", r.usage.prompt_tokens + r.usage.completion_tokens},
+                         {"input_tokens", r.usage.prompt_tokens},
+                         {"output_tokens", r.usage.completion_tokens},
+                         {"input_token_details",
+                          {{"cached_tokens", r.usage.cached_prompt_tokens},
+                           {"text_tokens", r.usage.prompt_tokens},
+                           {"audio_tokens", 0}}},
+                         {"output_token_details",
+                          {{"text_tokens", r.usage.completion_tokens}, {"audio_tokens", 0}}}}},
+                       {"moe_timings", std::move(timings)}};
   Send({{"type", "response.done"}, {"response", std::move(response_obj)}});
   deps_.metrics.responses_total.Add({{"status", status}}).Increment();
   if (!r.text.empty()) AddItem({.id = r.item_id, .role = "assistant", .text = r.text});

@@ -10,7 +10,8 @@
 //                           Generate of the conversation so far plus the stable transcript, so
 //                           that the router's prefix cache holds it at the end of speech
 //     asr SPEECH_STOPPED -> input_audio_buffer.speech_stopped
-//     asr final          -> input_audio_buffer.committed, the user item, ...transcription.completed,
+//     asr final          -> input_audio_buffer.committed, the user item,
+//     ...transcription.completed,
 //                           then a response (server VAD with create_response)
 //   response -> Generate (token stream, the session's cache salt) -> text deltas -> tts stream
 //            -> audio deltas (base64 pcm16), sent ahead of real time by at most
@@ -68,7 +69,7 @@ struct RealtimeSessionParams {
   std::string model;          // the served model id (session.model, the prompt's namespace)
   int32_t max_model_len = 0;  // context length
   RealtimeFlavor flavor = RealtimeFlavor::kGa;
-  std::string session_id;     // "sess_..."; also the cache salt of its prompts
+  std::string session_id;  // "sess_..."; also the cache salt of its prompts
   std::string http_request_id;
 };
 
@@ -161,8 +162,8 @@ class RealtimeSession final : public WebSocketHandler,
   std::unique_ptr<AsrCall> asr_;
   uint64_t asr_generation_ = 0;  // events of older asr calls are dropped
   int64_t uncommitted_bytes_ = 0;
-  std::string input_item_id_;        // the user item the current utterance becomes
-  std::string transcript_sent_;      // of the current utterance, in transcription deltas
+  std::string input_item_id_;    // the user item the current utterance becomes
+  std::string transcript_sent_;  // of the current utterance, in transcription deltas
   bool speech_active_ = false;
   std::optional<absl::Time> speech_stopped_at_;
   uint32_t asr_finalize_ms_ = 0;

@@ -27,8 +27,8 @@ using testing::FakeBackend;
 using testing::FakeBackendOptions;
 using testing::FakeTtsClient;
 using testing::FakeWebSocket;
-using testing::ManualTimerQueue;
 using ::testing::HasSubstr;
+using testing::ManualTimerQueue;
 using ::testing::Not;
 using Type = AsrEvent::Type;
 

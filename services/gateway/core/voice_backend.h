@@ -73,7 +73,7 @@ class AsrClient {
 // --- text to speech ---
 
 struct TtsStreamConfig {
-  std::string voice;           // "" = the service's default
+  std::string voice;  // "" = the service's default
   int32_t sample_rate_hz = 24000;
   float speed = 1.0f;
 };
