@@ -132,7 +132,7 @@ test('NetworkPolicies: only the gateway is open; each service only to its caller
 
 test('GPU values: nvidia.com/gpu, tolerations and node selectors on routers and expert pools', () => {
   for (const { owner, spec } of podTemplates(rendered.gpu.helm3)) {
-    if (owner.includes('gateway') || owner.includes('kv-store')) continue;  // no GPU work
+    if (/gateway|kv-store|asr|tts/.test(owner)) continue;  // CPU services
     const c = spec.containers[0];
     assert.equal(c.resources.limits['nvidia.com/gpu'], 1, owner);
     assert.ok(spec.tolerations.some((t) => t.key === 'nvidia.com/gpu'), owner);
@@ -232,7 +232,7 @@ test('scrape annotations and monitor objects give every role its job', () => {
 
 test('the dashboard ConfigMap carries the Grafana sidecar label', () => {
   const cms = rendered.default.helm3.filter((o) => o.kind === 'ConfigMap' && o.metadata.labels.grafana_dashboard === '1');
-  // The kv-store is on by default, so its dashboard (kv-store and voice) comes with it.
+  // The kv-store, asr and tts are on by default, so their dashboard (kv-store and voice) comes with them.
   assert.deepEqual(cms.map((c) => Object.keys(c.data)[0]), ['moe-cluster.json', 'moe-kv-voice.json']);
   const every = rendered['gpu-every-role'].helm3.filter((o) => o.metadata.labels?.grafana_dashboard === '1');
   assert.equal(every.length, 2, 'kv-store/voice dashboard once those roles are enabled');
@@ -273,7 +273,7 @@ test('every rendered service config is accepted by its binary (--print_config)',
     const cm = rendered[name].helm3.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
     for (const [key, text] of Object.entries(cm.data)) {
       const binary = key === 'placement.yaml' ? null : key.replace(/\.yaml$/, '').replace(/^expert-worker-.*/, 'expert-worker');
-      if (!binary || !existsSync(path.join(binDir, binary))) continue;  // asr, tts: not built yet
+      if (!binary || !existsSync(path.join(binDir, binary))) continue;  // a binary not built in this tree
       const file = path.join(dir, `${name}-${key}`);
       const config = text;
       writeFileSync(file, config);

@@ -50,7 +50,8 @@ pb::GenerateRequest ToProto(const GenerateRequest& r, const std::string& model) 
   s->set_frequency_penalty(sampling.frequency_penalty);
   s->set_presence_penalty(sampling.presence_penalty);
   for (const auto& [id, bias] : sampling.logit_bias) (*s->mutable_logit_bias())[id] = bias;
-  p.set_max_tokens(sampling.max_tokens);
+  p.set_max_tokens(r.prefill_only ? 0 : sampling.max_tokens);
+  p.set_prefill_only(r.prefill_only);
   p.mutable_stop_token_ids()->Assign(sampling.stop_token_ids.begin(),
                                      sampling.stop_token_ids.end());
   p.set_ignore_eos(sampling.ignore_eos);

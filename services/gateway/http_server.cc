@@ -19,6 +19,7 @@
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "boost/beast/websocket.hpp"
 #include "common/base/log.h"
 #include "services/gateway/core/api_error.h"
 #include "services/gateway/core/gateway_metrics.h"
@@ -29,6 +30,7 @@ namespace {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
@@ -56,7 +58,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class State { kReading, kHandling, kStreaming, kDone, kClosed };
 
   void DoRead();
+  void OnHeader(beast::error_code ec);
   void OnRead(beast::error_code ec);
+  // Hands the socket to a WebSocket session (or answers the upgrade with the rejection).
+  void Upgrade(http::request<http::string_body> req, HttpRequest request);
   void WatchForDisconnect(uint64_t seq);
   void Enqueue(std::string bytes);
   void DoWrite();
@@ -82,6 +87,64 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool response_complete_ = false;
   std::string client_;
+  bool handed_over_ = false;  // the socket belongs to a WebSocket session now
+};
+
+// One WebSocket (after the upgrade). All members are used on the socket's strand only.
+class WsSession : public std::enable_shared_from_this<WsSession> {
+ public:
+  WsSession(beast::tcp_stream stream, Server* server);
+  ~WsSession();
+
+  // Completes the handshake of `req` (with `subprotocol` when not empty), then reads messages
+  // into `handler` until the socket ends.
+  void Accept(http::request<http::string_body> req, std::shared_ptr<WebSocketHandler> handler,
+              std::string subprotocol);
+  // From any thread (WsWriter and Server::Stop post here).
+  void OnSendText(std::string text);
+  void OnClose(uint16_t code, std::string reason);
+  // Answers the upgrade request with `res` instead and closes.
+  void Reject(http::response<http::string_body> res);
+  net::any_io_executor executor() { return ws_.get_executor(); }
+
+ private:
+  void DoRead();
+  void DoWrite();
+  void Finish();
+
+  websocket::stream<beast::tcp_stream> ws_;
+  Server* const server_;
+  std::shared_ptr<WebSocketHandler> handler_;
+  beast::flat_buffer buffer_;
+  struct Out {
+    bool close = false;
+    uint16_t code = 1000;
+    std::string data;
+  };
+  std::deque<Out> out_;
+  int64_t queued_bytes_ = 0;
+  bool open_ = false;     // handshake done
+  bool writing_ = false;
+  bool closing_ = false;  // a close frame is queued or sent
+  bool finished_ = false;
+};
+
+class WsWriter final : public WebSocketWriter {
+ public:
+  explicit WsWriter(std::weak_ptr<WsSession> session) : session_(std::move(session)) {}
+  void SendText(std::string message) override {
+    if (std::shared_ptr<WsSession> s = session_.lock()) {
+      net::post(s->executor(), [s, m = std::move(message)]() mutable { s->OnSendText(std::move(m)); });
+    }
+  }
+  void Close(uint16_t code, std::string reason) override {
+    if (std::shared_ptr<WsSession> s = session_.lock()) {
+      net::post(s->executor(), [s, code, r = std::move(reason)]() mutable { s->OnClose(code, std::move(r)); });
+    }
+  }
+
+ private:
+  const std::weak_ptr<WsSession> session_;
 };
 
 class Writer final : public ResponseWriter {
@@ -120,9 +183,11 @@ class Writer final : public ResponseWriter {
 
 class Server final : public HttpServer {
  public:
-  Server(const HttpOptions& options, Handler handler, GatewayMetrics& metrics)
+  Server(const HttpOptions& options, Handler handler, UpgradeHandler upgrade,
+         GatewayMetrics& metrics)
       : options_(options),
         handler_(std::move(handler)),
+        upgrade_(std::move(upgrade)),
         metrics_(metrics),
         ioc_(options.io_threads),
         acceptor_(net::make_strand(ioc_)),
@@ -169,15 +234,23 @@ class Server final : public HttpServer {
     // Take owning references under the lock but drop them outside it: the last reference to a
     // connection that is closing anyway runs ~Connection -> Unregister(), which locks mu_.
     std::vector<std::shared_ptr<Connection>> live;
+    std::vector<std::shared_ptr<WsSession>> sockets;
     {
       std::lock_guard<std::mutex> lock(mu_);
       live.reserve(connections_.size());
       for (auto& [ptr, weak] : connections_) {
         if (std::shared_ptr<Connection> c = weak.lock()) live.push_back(std::move(c));
       }
+      for (auto& [ptr, weak] : sessions_) {
+        if (std::shared_ptr<WsSession> w = weak.lock()) sockets.push_back(std::move(w));
+      }
     }
     for (const std::shared_ptr<Connection>& c : live) c->PostClose();
+    for (const std::shared_ptr<WsSession>& w : sockets) {
+      net::post(w->executor(), [w] { w->OnClose(1001, "server shutting down"); });
+    }
     live.clear();
+    sockets.clear();
     work_.reset();
     // Closing sockets ends every pending operation; give them a moment, then stop hard.
     for (int i = 0; i < 200 && open_.load() > 0; ++i) {
@@ -191,6 +264,22 @@ class Server final : public HttpServer {
   // For connections.
   const HttpOptions& options() const { return options_; }
   const Handler& handler() const { return handler_; }
+  const UpgradeHandler& upgrade() const { return upgrade_; }
+  // A WebSocket session counts as an open connection while it lives.
+  void RegisterSession(WsSession* s, std::weak_ptr<WsSession> weak) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_[s] = std::move(weak);
+    open_.fetch_add(1);
+    metrics_.connections_open.Increment();
+  }
+  void UnregisterSession(WsSession* s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sessions_.erase(s);
+    }
+    open_.fetch_sub(1);
+    metrics_.connections_open.Decrement();
+  }
   GatewayMetrics& metrics() const { return metrics_; }
   void Register(Connection* c, std::weak_ptr<Connection> weak) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -234,6 +323,7 @@ class Server final : public HttpServer {
 
   const HttpOptions options_;
   const Handler handler_;
+  const UpgradeHandler upgrade_;
   GatewayMetrics& metrics_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
@@ -243,6 +333,7 @@ class Server final : public HttpServer {
   std::atomic<int64_t> open_{0};
   std::mutex mu_;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_;
+  std::unordered_map<WsSession*, std::weak_ptr<WsSession>> sessions_;
   std::mutex stop_mu_;
   bool stopped_ = false;
 };
@@ -263,19 +354,53 @@ void Connection::PostClose() {
 void Connection::DoRead() {
   state_ = State::kReading;
   parser_.emplace();
-  parser_->body_limit(static_cast<uint64_t>(server_->options().max_body_bytes));
+  // Beast checks a Content-Length against the limit while it parses the header, before the
+  // type is known: the larger limit here, the one for this request in OnHeader.
+  parser_->body_limit(static_cast<uint64_t>(
+      std::max(server_->options().max_body_bytes, server_->options().max_upload_bytes)));
   parser_->header_limit(static_cast<uint32_t>(server_->options().max_header_bytes));
   stream_.expires_after(
       std::chrono::microseconds(absl::ToInt64Microseconds(server_->options().idle_timeout)));
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+}
+
+void Connection::OnHeader(beast::error_code ec) {
+  if (state_ == State::kClosed) return;
+  if (!ec) {
+    // Audio uploads are larger than API bodies: their limit applies once the type is known.
+    const auto& h = parser_->get();
+    const auto it = h.find(http::field::content_type);
+    const bool upload =
+        it != h.end() && beast::iequals(it->value().substr(0, 19), "multipart/form-data");
+    const uint64_t limit = static_cast<uint64_t>(upload ? server_->options().max_upload_bytes
+                                                        : server_->options().max_body_bytes);
+    // Too large by its Content-Length: refused before any of the body is read.
+    if (parser_->content_length() && *parser_->content_length() > limit) {
+      OnRead(http::error::body_limit);
+      return;
+    }
+    parser_->body_limit(limit);  // chunked bodies: checked as they arrive
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](
+                                                     beast::error_code ec2, size_t) {
+      self->OnRead(ec2);
+    });
+    return;
+  }
+  OnRead(ec);
 }
 
 void Connection::OnRead(beast::error_code ec) {
   if (state_ == State::kClosed) return;
   if (ec == http::error::body_limit) {
-    SendError(ApiError::TooLarge(
-        absl::StrCat("The request body exceeds ", server_->options().max_body_bytes, " bytes.")));
+    SendError(ApiError::TooLarge(absl::StrCat(
+        "The request body exceeds ", parser_->get().count(http::field::content_type) &&
+                                             beast::iequals(parser_->get()[http::field::content_type].substr(0, 19),
+                                                            "multipart/form-data")
+                                         ? server_->options().max_upload_bytes
+                                         : server_->options().max_body_bytes,
+        " bytes.")));
     return;
   }
   if (ec == http::error::header_limit) {
@@ -309,6 +434,15 @@ void Connection::OnRead(beast::error_code ec) {
   if (auto it = req.find(kRequestIdHeader); it != req.end()) {
     request.request_id = std::string(it->value());
   }
+  for (const auto& field : req) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    request.headers.emplace_back(std::move(name), std::string(field.value()));
+  }
+  if (websocket::is_upgrade(req) && server_->upgrade()) {
+    Upgrade(std::move(req), std::move(request));
+    return;
+  }
   request.body = std::move(req.body());
   state_ = State::kHandling;
   ++seq_;
@@ -317,6 +451,32 @@ void Connection::OnRead(beast::error_code ec) {
   WatchForDisconnect(seq_);
   auto writer = std::make_shared<Writer>(weak_from_this(), stream_.get_executor(), seq_);
   cancel_ = server_->handler()(std::move(request), std::move(writer));
+}
+
+void Connection::Upgrade(http::request<http::string_body> req, HttpRequest request) {
+  auto session = std::make_shared<WsSession>(std::move(stream_), server_);
+  handed_over_ = true;
+  state_ = State::kClosed;
+  UpgradeResult result =
+      server_->upgrade()(request, std::make_shared<WsWriter>(session->weak_from_this()));
+  if (result.handler == nullptr) {
+    // Answer on the socket the session now holds, then drop it.
+    HttpResponse r = std::move(result.rejection);
+    http::response<http::string_body> res;
+    res.result(static_cast<unsigned>(r.status));
+    res.version(11);
+    res.set(http::field::server, "moe-gateway");
+    res.set(http::field::content_type, r.content_type);
+    for (const auto& [k, v] : r.headers) res.set(k, v);
+    res.body() = std::move(r.body);
+    res.keep_alive(false);
+    res.prepare_payload();
+    server_->CountResponse(r.status);
+    session->Reject(std::move(res));
+    return;
+  }
+  server_->CountResponse(101);
+  session->Accept(std::move(req), std::move(result.handler), std::move(result.subprotocol));
 }
 
 void Connection::WatchForDisconnect(uint64_t seq) {
@@ -377,7 +537,16 @@ void Connection::OnStartStream(uint64_t seq, int status, HttpHeaders headers) {
   if (seq != seq_ || state_ != State::kHandling) return;
   state_ = State::kStreaming;
   headers.emplace_back("X-Accel-Buffering", "no");
-  Enqueue(Header(status, "text/event-stream; charset=utf-8", headers, std::nullopt, true));
+  // Server-Sent Events unless the core names another type (streamed audio).
+  std::string content_type = "text/event-stream; charset=utf-8";
+  for (auto it = headers.begin(); it != headers.end(); ++it) {
+    if (beast::iequals(it->first, "content-type")) {
+      content_type = it->second;
+      headers.erase(it);
+      break;
+    }
+  }
+  Enqueue(Header(status, content_type, headers, std::nullopt, true));
 }
 
 void Connection::OnWrite(uint64_t seq, std::string data) {
@@ -444,7 +613,7 @@ void Connection::FinishResponse() {
 }
 
 void Connection::ClientGone() {
-  if (state_ == State::kClosed) return;
+  if (state_ == State::kClosed || handed_over_) return;
   if (cancel_) {
     CancelFn cancel = std::move(cancel_);
     cancel_ = nullptr;
@@ -454,7 +623,7 @@ void Connection::ClientGone() {
 }
 
 void Connection::Close() {
-  if (state_ == State::kClosed) return;
+  if (state_ == State::kClosed || handed_over_) return;
   state_ = State::kClosed;
   out_.clear();
   beast::error_code ignored;
@@ -484,13 +653,141 @@ void Connection::Drain() {
                           });
 }
 
+WsSession::WsSession(beast::tcp_stream stream, Server* server)
+    : ws_(std::move(stream)), server_(server) {}
+
+WsSession::~WsSession() {
+  if (open_) server_->UnregisterSession(this);
+}
+
+void WsSession::Reject(http::response<http::string_body> res) {
+  auto r = std::make_shared<http::response<http::string_body>>(std::move(res));
+  http::async_write(ws_.next_layer(), *r, [self = shared_from_this(), r](beast::error_code, size_t) {
+    beast::error_code ignored;
+    self->ws_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    self->ws_.next_layer().close();
+  });
+}
+
+void WsSession::Accept(http::request<http::string_body> req,
+                       std::shared_ptr<WebSocketHandler> handler, std::string subprotocol) {
+  handler_ = std::move(handler);
+  open_ = true;
+  server_->RegisterSession(this, weak_from_this());
+  ws_.next_layer().expires_never();
+  // Pings keep idle sessions alive through proxies; a peer silent past the timeout is gone.
+  ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+  ws_.set_option(websocket::stream_base::decorator(
+      [subprotocol](websocket::response_type& res) {
+        res.set(http::field::server, "moe-gateway");
+        if (!subprotocol.empty()) res.set(http::field::sec_websocket_protocol, subprotocol);
+      }));
+  ws_.read_message_max(static_cast<uint64_t>(server_->options().max_ws_message_bytes));
+  auto r = std::make_shared<http::request<http::string_body>>(std::move(req));
+  ws_.async_accept(*r, [self = shared_from_this(), r](beast::error_code ec) {
+    if (ec) {
+      self->Finish();
+      return;
+    }
+    self->DoRead();
+    if (!self->out_.empty() && !self->writing_) self->DoWrite();
+  });
+}
+
+void WsSession::DoRead() {
+  ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) {
+      self->Finish();
+      return;
+    }
+    std::string message = beast::buffers_to_string(self->buffer_.data());
+    self->buffer_.consume(self->buffer_.size());
+    if (self->handler_ != nullptr) {
+      if (self->ws_.got_text()) {
+        self->handler_->OnText(std::move(message));
+      } else {
+        self->handler_->OnBinary(std::move(message));
+      }
+    }
+    self->DoRead();
+  });
+}
+
+void WsSession::OnSendText(std::string text) {
+  if (finished_ || closing_) return;
+  queued_bytes_ += static_cast<int64_t>(text.size());
+  if (queued_bytes_ > server_->options().max_ws_send_queue_bytes) {
+    // The client does not read: drop what is queued and end the session.
+    out_.clear();
+    queued_bytes_ = 0;
+    OnClose(1008, "client too slow: send queue full");
+    return;
+  }
+  out_.push_back({.data = std::move(text)});
+  if (!writing_ && ws_.is_open()) DoWrite();
+}
+
+void WsSession::OnClose(uint16_t code, std::string reason) {
+  if (finished_ || closing_) return;
+  closing_ = true;
+  if (reason.size() > 123) reason.resize(123);
+  out_.push_back({.close = true, .code = code, .data = std::move(reason)});
+  if (!writing_ && ws_.is_open()) DoWrite();
+}
+
+void WsSession::DoWrite() {
+  if (out_.empty() || finished_) return;
+  writing_ = true;
+  Out& front = out_.front();
+  if (front.close) {
+    ws_.async_close(websocket::close_reason(static_cast<websocket::close_code>(front.code),
+                                            front.data),
+                    [self = shared_from_this()](beast::error_code) {
+                      self->writing_ = false;
+                      self->out_.clear();
+                      // The read loop ends when the peer answers the close (or the timeout).
+                    });
+    return;
+  }
+  ws_.text(true);
+  ws_.async_write(net::buffer(front.data), [self = shared_from_this()](beast::error_code ec,
+                                                                       size_t) {
+    self->writing_ = false;
+    if (ec) {
+      self->out_.clear();
+      return;  // the read side sees the failure too and finishes
+    }
+    self->queued_bytes_ -= static_cast<int64_t>(self->out_.front().data.size());
+    self->out_.pop_front();
+    self->DoWrite();
+  });
+}
+
+void WsSession::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  out_.clear();
+  std::shared_ptr<WebSocketHandler> handler = std::move(handler_);
+  if (handler != nullptr) handler->OnClosed();
+  beast::error_code ignored;
+  ws_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
+  ws_.next_layer().close();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options,
                                                               Handler handler,
                                                               GatewayMetrics& metrics) {
+  return Start(options, std::move(handler), nullptr, metrics);
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options,
+                                                              Handler handler,
+                                                              UpgradeHandler upgrade,
+                                                              GatewayMetrics& metrics) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  auto server = std::make_unique<Server>(options, std::move(handler), metrics);
+  auto server = std::make_unique<Server>(options, std::move(handler), std::move(upgrade), metrics);
   if (absl::Status s = server->Bind(); !s.ok()) return s;
   server->Run();
   return std::unique_ptr<HttpServer>(std::move(server));

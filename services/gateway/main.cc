@@ -23,7 +23,9 @@
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/gateway.h"
 #include "services/gateway/grpc_backend.h"
+#include "services/gateway/grpc_voice.h"
 #include "services/gateway/http_server.h"
+#include "services/gateway/thread_timer_queue.h"
 
 namespace {
 
@@ -34,6 +36,8 @@ const common::config::FlagAlias kAliases[] = {
     {"port", "http.port"},
     {"host", "http.host"},
     {"router", "routing.routers"},
+    {"asr", "voice.asr"},
+    {"tts", "voice.tts"},
 };
 
 absl::Status Run(int argc, char** argv) {
@@ -58,8 +62,17 @@ absl::Status Run(int argc, char** argv) {
   common::SystemClock& clock = common::SystemClock::Get();
   auto backend = gateway::GrpcBackend::Create(options->routing, model->id);
   if (!backend.ok()) return backend.status();
+  // Voice: the asr and tts services (without targets the voice endpoints answer 503).
+  auto asr = gateway::CreateGrpcAsrClient(
+      {.targets = options->voice.asr, .max_queued_bytes = options->voice.max_queued_bytes});
+  if (!asr.ok()) return asr.status();
+  auto tts = gateway::CreateGrpcTtsClient(
+      {.targets = options->voice.tts, .max_queued_bytes = options->voice.max_queued_bytes});
+  if (!tts.ok()) return tts.status();
+  gateway::ThreadTimerQueue timers(clock);
   auto gw = gateway::Gateway::Create(*options, *model,
-                                     gateway::GatewayDeps{**tokenizer, **backend, clock, registry});
+                                     gateway::GatewayDeps{**tokenizer, **backend, clock, registry},
+                                     gateway::GatewayVoiceDeps{**asr, **tts, timers});
   if (!gw.ok()) return gw.status();
   gateway::Gateway* core = gw->get();
   auto server = gateway::HttpServer::Start(
@@ -67,12 +80,17 @@ absl::Status Run(int argc, char** argv) {
       [core](gateway::HttpRequest request, std::shared_ptr<gateway::ResponseWriter> writer) {
         return core->Handle(std::move(request), std::move(writer));
       },
+      [core](const gateway::HttpRequest& request,
+             std::shared_ptr<gateway::WebSocketWriter> writer) {
+        return core->Upgrade(request, std::move(writer));
+      },
       core->metrics());
   if (!server.ok()) return server.status();
   common::PrintListeningLine({.http = (*server)->port()});
-  MOE_LOG_INFO("gateway: serving {} (context {}) on http://{}:{}, {} router(s)", model->id,
-               model->max_model_len, options->http.host, (*server)->port(),
-               options->routing.routers.size());
+  MOE_LOG_INFO("gateway: serving {} (context {}) on http://{}:{}, {} router(s), {} asr, {} tts",
+               model->id, model->max_model_len, options->http.host, (*server)->port(),
+               options->routing.routers.size(), options->voice.asr.size(),
+               options->voice.tts.size());
 
   const int signo = common::rpc::WaitForTerminationSignal();
   MOE_LOG_INFO("gateway: signal {}: draining {} request(s)", signo, core->in_flight());

@@ -89,6 +89,9 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   if (request.cache_salt().size() > 256) {
     return absl::InvalidArgumentError("cache_salt is longer than 256 bytes");
   }
+  if (request.prefill_only() && request.max_tokens() != 0) {
+    return absl::InvalidArgumentError("prefill_only needs max_tokens 0");
+  }
   if (request.max_tokens() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens ", request.max_tokens(), " is negative"));
@@ -129,9 +132,10 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   s.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   s.ignore_eos = request.ignore_eos();
   s.logprobs = request.logprobs() ? request.top_logprobs() : -1;
-  // 0 = until a stop token or the end of the context.
-  s.max_tokens = request.max_tokens() > 0 ? request.max_tokens()
-                                          : static_cast<int32_t>(info_.max_context - prompt_len);
+  // 0 = until a stop token or the end of the context; the scheduler's 0 is prefill only.
+  s.max_tokens = request.prefill_only()     ? 0
+                 : request.max_tokens() > 0 ? request.max_tokens()
+                                            : static_cast<int32_t>(info_.max_context - prompt_len);
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();
   if (request.timeout_ms() > 0) {

@@ -178,6 +178,30 @@ TEST_F(RouterServerTest, StreamsTheEnginesGreedyTokens) {
             16);
 }
 
+TEST_F(RouterServerTest, PrefillOnlyFillsThePrefixCacheAndGeneratesNothing) {
+  StartRouter(SchedulerOptions{});
+  const auto prompt = Prompt(37, 3);
+  pb::GenerateRequest prefill =
+      Request(std::vector<int32_t>(prompt.begin(), prompt.begin() + 33), 0);
+  prefill.set_prefill_only(true);
+  Streamed warm = Generate(prefill);
+  ASSERT_TRUE(warm.status.ok()) << warm.status.error_message();
+  EXPECT_TRUE(warm.token_ids.empty());
+  ASSERT_EQ(warm.messages.size(), 1u);
+  EXPECT_EQ(warm.messages[0].finish_reason(), pb::FINISH_REASON_LENGTH);
+  EXPECT_EQ(warm.messages[0].usage().prompt_tokens(), 33);
+  EXPECT_EQ(warm.messages[0].usage().completion_tokens(), 0);
+  // The whole prompt then finds its first two blocks cached, and its tokens are unchanged.
+  Streamed full = Generate(Request(prompt, 6));
+  ASSERT_TRUE(full.status.ok());
+  EXPECT_EQ(full.messages.back().usage().cached_prompt_tokens(), 32);
+  EXPECT_THAT(full.token_ids, ElementsAreArray(EngineGreedy(prompt, 6)));
+
+  pb::GenerateRequest bad = Request(prompt, 4);
+  bad.set_prefill_only(true);
+  EXPECT_EQ(Generate(bad).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(RouterServerTest, ConcurrentStreamsEachMatchTheEngine) {
   StartRouter(SchedulerOptions{});
   std::vector<std::thread> clients;

@@ -1,4 +1,4 @@
-// End-to-end: `moe up` starts the local cluster (router + gateway processes), prints the URL and
+// End-to-end: `moe up` starts the local cluster (router, asr, tts and gateway processes), prints the URL and
 // a ready line, serves requests, and stops every process cleanly on Ctrl-C (SIGINT).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -11,6 +11,7 @@ if (!existsSync(path.join(here, '..', 'js', 'node_modules', 'openai'))) {
   process.exit(77);
 }
 const r = spawnSync(process.execPath,
-  ['--test', path.join(here, 'openai_sdk.test.mjs'), path.join(here, 'moe_up.test.mjs')],
+  ['--test', path.join(here, 'openai_sdk.test.mjs'), path.join(here, 'moe_up.test.mjs'),
+    path.join(here, 'voice.test.mjs')],
   { stdio: 'inherit' });
 process.exit(r.status ?? 1);

@@ -1,8 +1,8 @@
 // `moe up [--model DIR] [--config FILE] [--port N] [--set key=value]`: the main job. Makes the
 // default model when it is missing (the `small` preset in <repo>/.models/small; ensure_model.h),
 // starts the local cluster as separate processes on loopback in the order of Topology()
-// (up_topology.h: expert workers, routers, then the gateway), waits until every process is
-// ready, prints the gateway URL and a curl example, and on Ctrl-C (SIGINT/SIGTERM) stops
+// (up_topology.h: expert workers, routers, asr, tts, then the gateway), waits until every process
+// is ready, prints the gateway URL and a curl example, and on Ctrl-C (SIGINT/SIGTERM) stops
 // everything: the gateway first (it drains), then the rest. A process that exits on its own
 // stops the cluster too (exit 1).
 //
@@ -152,13 +152,14 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
       absl::StrCat("http://", gateway.empty() ? c.options.host + ":0" : gateway[0]);
   const std::string model = fs::path(c.model_dir).filename().string();
   std::printf(
-      "moe up: ready in %.1f s. OpenAI-compatible API at %s/v1 (model \"%s\")\n"
+      "moe up: ready in %.1f s. OpenAI-compatible API at %s/v1 (model \"%s\"); open %s/ in a "
+      "browser for the playground (chat and voice)\n"
       "  curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
       "    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], "
       "\"max_tokens\": 32}'\n"
       "Press Ctrl-C to stop.\n",
       absl::ToDoubleSeconds(absl::Now() - start), url.c_str(), model.c_str(), url.c_str(),
-      model.c_str());
+      url.c_str(), model.c_str());
   std::printf("%s\n",
               nlohmann::json{{"event", "ready"}, {"url", url}, {"model", model}}.dump().c_str());
   std::fflush(stdout);
@@ -176,7 +177,8 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
   return rc;
 }
 
-MOE_REGISTER_COMMAND("up", "starts the local cluster (kv-store, router, gateway) and prints its URL",
+MOE_REGISTER_COMMAND("up",
+                     "starts the local cluster (kv-store, expert workers, router, asr, tts, gateway) and prints its URL",
                      RunUp);
 
 }  // namespace

@@ -12,4 +12,4 @@ list(APPEND MOE_CLI_DEPS moe_cli_up moe_process moe_grpc moe_config nlohmann_jso
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cmd_up.cc PROPERTIES
   COMPILE_DEFINITIONS "MOE_SOURCE_DIR=\"${CMAKE_SOURCE_DIR}\"")
 # The moe target is defined after this file is included: defer.
-cmake_language(DEFER CALL add_dependencies moe gateway router expert-worker kv-store)
+cmake_language(DEFER CALL add_dependencies moe gateway router expert-worker kv-store asr tts)

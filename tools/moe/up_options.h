@@ -7,6 +7,7 @@
 //   expert_worker: {replicas: 0}   # default 2 (over shared memory); 0: experts in the routers
 //   kv_store: {replicas: 1}        # the shared L2/L3 KV tiers (0: routers use L1 only)
 //   data_dir: /var/tmp/moe         # where the kv-store keeps L3 (default <repo>/.moe-data)
+//   asr: {replicas: 1}             # asr and tts: one each by default (voice); 0 = no voice
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,8 @@ struct UpOptions {
   ServiceOptions expert_worker{.replicas = 2, .args = {}, .port = 0};
   ServiceOptions kv_store;  // one kv-store the routers share
   ServiceOptions router;
+  ServiceOptions asr;  // 0 replicas: the gateway's voice endpoints answer 503
+  ServiceOptions tts;
   ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};
 
   // The sections come from Topology(), in start order.

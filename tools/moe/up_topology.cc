@@ -108,6 +108,22 @@ std::vector<ServiceSpec> MakeTopology() {
           },
       .ready = GrpcServing,
   });
+  // The speech services (DESIGN.md §2): the gateway's audio endpoints and /v1/realtime use them.
+  for (const auto& [name, options] :
+       {std::pair{"asr", &UpOptions::asr}, std::pair{"tts", &UpOptions::tts}}) {
+    specs.push_back({
+        .name = name,
+        .binary = name,
+        .options = options,
+        .flags =
+            [](const UpContext& c, int) {
+              return std::vector<std::string>{
+                  "--set", "grpc.host=" + c.options.host,    "--set", "grpc.port=0",
+                  "--set", "metrics.host=" + c.options.host, "--set", "metrics.port=0"};
+            },
+        .ready = GrpcServing,
+    });
+  }
   specs.push_back({
       .name = "gateway",
       .binary = "gateway",
@@ -124,7 +140,11 @@ std::vector<ServiceSpec> MakeTopology() {
                 "--set",
                 absl::StrCat("http.port=", c.options.gateway.port),
                 "--set",
-                "routing.routers=" + absl::StrJoin(c.Addresses("router", &ListeningPorts::grpc), ",")};
+                "routing.routers=" + absl::StrJoin(c.Addresses("router", &ListeningPorts::grpc), ","),
+                "--set",
+                "voice.asr=" + absl::StrJoin(c.Addresses("asr", &ListeningPorts::grpc), ","),
+                "--set",
+                "voice.tts=" + absl::StrJoin(c.Addresses("tts", &ListeningPorts::grpc), ",")};
           },
       .ready = HttpReady,
   });

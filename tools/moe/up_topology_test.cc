@@ -31,7 +31,7 @@ const ServiceSpec& Spec(const std::string& name) {
 TEST(UpTopologyTest, StartOrderIsBackEndsFirst) {
   std::vector<std::string> names;
   for (const ServiceSpec& s : Topology()) names.push_back(s.name);
-  EXPECT_THAT(names, ElementsAre("expert_worker", "kv_store", "router", "gateway"));
+  EXPECT_THAT(names, ElementsAre("expert_worker", "kv_store", "router", "asr", "tts", "gateway"));
 }
 
 TEST(UpTopologyTest, EverySpecIsAConfigSection) {
@@ -84,6 +84,22 @@ TEST(UpTopologyTest, RoutersAreToldAboutStartedWorkersAndTheGatewayAboutRouters)
   EXPECT_THAT(gateway, Contains("routing.routers=127.0.0.1:6001,127.0.0.1:6002"));
   EXPECT_THAT(gateway, Contains("http.port=8000"));
   EXPECT_THAT(gateway, Contains("model_dir=/m"));
+  // Without speech services the gateway gets empty voice targets (its voice endpoints: 503).
+  EXPECT_THAT(gateway, Contains("voice.asr="));
+}
+
+TEST(UpTopologyTest, TheGatewayIsToldAboutTheSpeechServices) {
+  UpContext c;
+  c.model_dir = "/m";
+  EXPECT_EQ(UpOptions{}.asr.replicas, 1);
+  EXPECT_EQ(UpOptions{}.tts.replicas, 1);
+  EXPECT_THAT(Spec("asr").flags(c, 0), Contains("grpc.port=0"));
+  c.started.push_back({"router", {.grpc = 6001}});
+  c.started.push_back({"asr", {.grpc = 7001, .metrics = 7002}});
+  c.started.push_back({"tts", {.grpc = 7003, .metrics = 7004}});
+  const std::vector<std::string> gateway = Spec("gateway").flags(c, 0);
+  EXPECT_THAT(gateway, Contains("voice.asr=127.0.0.1:7001"));
+  EXPECT_THAT(gateway, Contains("voice.tts=127.0.0.1:7003"));
 }
 
 TEST(UpTopologyTest, ComputeThreadsNeverOversubscribeTheHost) {

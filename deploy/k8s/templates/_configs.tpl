@@ -11,6 +11,16 @@
   "http" (dict "host" "0.0.0.0" "port" (int $v.ports.gatewayHttp))
   "routing" (dict "routers" (include "moe.routerAddresses" . | fromJsonArray))
 -}}
+{{- /* Voice: the asr and tts Services (ClusterIP; each stream is one gRPC call, so streams
+     spread over the pods as connections do). Without them the voice endpoints answer 503. */ -}}
+{{- $voice := dict -}}
+{{- range $role := list "asr" "tts" -}}
+{{- if (index $v $role).enabled -}}
+{{- $port := ternary $v.ports.asrGrpc $v.ports.ttsGrpc (eq $role "asr") -}}
+{{- $_ := set $voice $role (list (printf "%s:%d" (include "moe.component" (dict "root" $ "component" $role)) (int $port))) -}}
+{{- end -}}
+{{- end -}}
+{{- if $voice -}}{{- $_ := set $base "voice" $voice -}}{{- end -}}
 {{- if $v.gateway.apiKeysSecret -}}
 {{- $_ := set $base "auth" (dict "api_keys_file" "/etc/moe-secrets/api-keys") -}}
 {{- end -}}

@@ -9,14 +9,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/base/file.h"
 #include "common/base/hash.h"
+#include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/completion_session.h"
 #include "services/gateway/core/openai_response.h"
+#include "services/gateway/core/realtime_session.h"
 #include "services/gateway/core/request_id.h"
+#include "services/gateway/playground/playground_assets.h"
 
 namespace moe::gateway {
 namespace {
@@ -100,7 +104,8 @@ absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options)
 }
 
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& options,
-                                                         const ModelInfo& model, GatewayDeps deps) {
+                                                         const ModelInfo& model, GatewayDeps deps,
+                                                         std::optional<GatewayVoiceDeps> voice) {
   if (model.max_model_len <= 0) {
     return absl::InvalidArgumentError("max_model_len: must be positive");
   }
@@ -109,19 +114,26 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& o
       std::unique_ptr<PromptBuilder> prompts,
       PromptBuilder::Create(deps.tokenizer, options.fallback_chat_template, deps.clock));
   return std::unique_ptr<Gateway>(
-      new Gateway(options, model, deps, std::move(keys), std::move(prompts)));
+      new Gateway(options, model, deps, voice, std::move(keys), std::move(prompts)));
 }
 
 Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
-                 std::vector<std::string> api_keys, std::unique_ptr<PromptBuilder> prompts)
+                 std::optional<GatewayVoiceDeps> voice, std::vector<std::string> api_keys,
+                 std::unique_ptr<PromptBuilder> prompts)
     : options_(options),
       model_(model),
       deps_(deps),
+      voice_(voice),
       api_keys_(api_keys.begin(), api_keys.end()),
       prompts_(std::move(prompts)),
       request_limits_{.max_stop_strings = options.limits.max_stop_strings},
       id_seed_(std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32)),
       metrics_(deps.registry, model.id),
+      voice_metrics_(deps.registry),
+      audio_(voice ? std::make_unique<AudioEndpoints>(options.voice, options.limits.retry_after_s,
+                                                      voice->asr, voice->tts, deps.clock,
+                                                      voice_metrics_)
+                   : nullptr),
       rate_limiter_(options.limits.rate_limit_rps, options.limits.rate_limit_burst, deps.clock),
       in_flight_(options.limits.max_in_flight) {}
 
@@ -144,6 +156,18 @@ void Gateway::Reject(ResponseWriter& writer, const ApiError& error, const char* 
 
 CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
   const std::string path = request.target.substr(0, request.target.find('?'));
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  // The playground: static files, public (its API calls carry the key the user enters).
+  if (get && (path == "/" || path == "/index.html" || absl::StartsWith(path, "/playground/"))) {
+    if (const PlaygroundAsset* a = FindPlaygroundAsset(path == "/" ? "/index.html" : path)) {
+      HttpResponse r;
+      r.content_type = std::string(a->content_type);
+      r.body = std::string(a->body);
+      r.headers.emplace_back("Cache-Control", "no-cache");
+      Reply(*writer, std::move(r));
+      return nullptr;
+    }
+  }
   if (path != "/healthz" && path != "/readyz" && path != "/metrics") {
     // Every API answer carries the request's id (core/request_id.h); probes and scrapes do not
     // need one, nor a log line each.
@@ -151,7 +175,6 @@ CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> wr
     writer = WithRequestId(std::move(writer), request.request_id,
                            absl::StrCat(request.method, " ", path));
   }
-  const bool get = request.method == "GET" || request.method == "HEAD";
   const bool post = request.method == "POST";
   auto expect = [&](bool ok) {
     if (!ok) Reply(*writer, ApiError::MethodNotAllowed(request.method, path).ToResponse());
@@ -179,6 +202,18 @@ CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> wr
     if (!expect(post)) return nullptr;
     return HandleCompletion(completions ? Endpoint::kCompletions : Endpoint::kChatCompletions,
                             request, writer);
+  }
+  if (path == "/v1/audio/transcriptions" || path == "/v1/audio/speech") {
+    if (!expect(post)) return nullptr;
+    return HandleAudio(path, request, writer);
+  }
+  if (path == "/v1/realtime") {
+    ApiError e = ApiError::InvalidRequest(
+        "/v1/realtime is a WebSocket: connect with an Upgrade: websocket request.");
+    e.http_status = 426;
+    e.code = "upgrade_required";
+    Reply(*writer, e.ToResponse());
+    return nullptr;
   }
   if (path == "/v1/models" || path == "/tokenize" || path == "/detokenize") {
     if (!expect(path == "/v1/models" ? get : post)) return nullptr;
@@ -375,6 +410,115 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   return [weak = std::weak_ptr<CompletionSession>(session)] {
     if (std::shared_ptr<CompletionSession> s = weak.lock()) s->Cancel();
   };
+}
+
+CancelFn Gateway::HandleAudio(const std::string& path, const HttpRequest& http,
+                              const std::shared_ptr<ResponseWriter>& writer) {
+  if (draining()) {
+    Reject(*writer,
+           ApiError::Overloaded("The server is shutting down.", options_.limits.retry_after_s),
+           "draining");
+    return nullptr;
+  }
+  if (std::optional<ApiError> e = CheckAccess(http)) {
+    Reject(*writer, *e, e->http_status == 401 ? "auth" : "rate_limit");
+    return nullptr;
+  }
+  if (audio_ == nullptr) {
+    Reject(*writer,
+           ApiError::Overloaded("Voice is not configured on this gateway (voice.asr, voice.tts).",
+                                options_.limits.retry_after_s),
+           "overloaded");
+    return nullptr;
+  }
+  if (!in_flight_.TryAcquire()) {
+    Reject(*writer,
+           ApiError::Overloaded("Too many requests in flight; retry later.",
+                                options_.limits.retry_after_s),
+           "overloaded");
+    return nullptr;
+  }
+  auto release = [this] { in_flight_.Release(); };
+  return path == "/v1/audio/transcriptions" ? audio_->Transcribe(http, writer, release)
+                                            : audio_->Speak(http, writer, release);
+}
+
+UpgradeResult Gateway::Upgrade(HttpRequest request, std::shared_ptr<WebSocketWriter> writer) {
+  UpgradeResult result;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (!IsValidRequestId(request.request_id)) request.request_id = NewRequestId("req-");
+  if (path != "/v1/realtime") {
+    result.rejection = ApiError::NotFound(path).ToResponse();
+    return result;
+  }
+  if (draining()) {
+    metrics_.rejected_total.Add({{"reason", "draining"}}).Increment();
+    result.rejection =
+        ApiError::Overloaded("The server is shutting down.", options_.limits.retry_after_s)
+            .ToResponse();
+    return result;
+  }
+  // Browsers cannot set headers on a WebSocket: OpenAI's browser client sends the key as the
+  // subprotocol "openai-insecure-api-key.KEY" next to "realtime".
+  const std::string protocols = request.Header("sec-websocket-protocol");
+  for (absl::string_view p : absl::StrSplit(protocols, ',')) {
+    p = absl::StripAsciiWhitespace(p);
+    if (p == "realtime") result.subprotocol = "realtime";
+    if (absl::ConsumePrefix(&p, "openai-insecure-api-key.") && request.authorization.empty()) {
+      request.authorization = absl::StrCat("Bearer ", p);
+    }
+  }
+  if (std::optional<ApiError> e = CheckAccess(request)) {
+    metrics_.rejected_total.Add({{"reason", e->http_status == 401 ? "auth" : "rate_limit"}})
+        .Increment();
+    result.rejection = e->ToResponse();
+    return result;
+  }
+  // ?model=: the served model, or a name OpenAI clients send.
+  std::string model;
+  const size_t q = request.target.find('?');
+  if (q != std::string::npos) {
+    for (absl::string_view kv : absl::StrSplit(request.target.substr(q + 1), '&')) {
+      if (absl::ConsumePrefix(&kv, "model=")) model = std::string(kv);
+    }
+  }
+  const auto& names = options_.voice.realtime_models;
+  if (!model.empty() && model != model_.id &&
+      std::find(names.begin(), names.end(), model) == names.end()) {
+    result.rejection = ApiError::ModelNotFound(model).ToResponse();
+    return result;
+  }
+  if (!voice_ || !voice_->asr.configured() || !voice_->tts.configured()) {
+    result.rejection =
+        ApiError::Overloaded("Voice is not configured on this gateway (voice.asr, voice.tts).",
+                             options_.limits.retry_after_s)
+            .ToResponse();
+    return result;
+  }
+  RealtimeSessionParams params;
+  params.model = model_.id;
+  params.max_model_len = model_.max_model_len;
+  params.flavor = absl::StrContains(request.Header("openai-beta"), "realtime=v1")
+                      ? RealtimeFlavor::kBeta
+                      : RealtimeFlavor::kGa;
+  params.session_id = NewRequestId("sess_");
+  params.http_request_id = request.request_id;
+  MOE_LOG_INFO("gateway: {} realtime session {} ({})", request.request_id, params.session_id,
+               params.flavor == RealtimeFlavor::kBeta ? "beta" : "GA");
+  auto session = std::make_shared<RealtimeSession>(
+      options_.voice.realtime, std::move(params),
+      RealtimeDeps{.backend = deps_.backend,
+                   .asr = voice_->asr,
+                   .tts = voice_->tts,
+                   .tokenizer = deps_.tokenizer,
+                   .prompts = *prompts_,
+                   .clock = deps_.clock,
+                   .timers = voice_->timers,
+                   .metrics = voice_metrics_},
+      std::move(writer));
+  session->Start();
+  result.handler = std::move(session);
+  return result;
 }
 
 HttpResponse Gateway::HandleModels() const {

@@ -4,6 +4,9 @@
 //   GET  /v1/models                                    the served model, with max_model_len
 //   POST /tokenize, POST /detokenize                   vLLM-style helpers
 //   GET  /healthz (liveness), /readyz (a router is reachable and not draining), /metrics
+//   POST /v1/audio/transcriptions, /v1/audio/speech     speech in and out (audio_endpoints.h)
+//   GET  /v1/realtime (WebSocket upgrade)               the realtime API (realtime_session.h)
+//   GET  /, /playground/*                               the browser playground (static files)
 // Protection, in order: draining (503), API key (401), per-key rate limit (429), parsing and
 // validation (400/404), prompt length (400), in-flight bound (503), then generation.
 //
@@ -13,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +26,7 @@
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/api_error.h"
+#include "services/gateway/core/audio_endpoints.h"
 #include "services/gateway/core/gateway_metrics.h"
 #include "services/gateway/core/gateway_options.h"
 #include "services/gateway/core/generate_backend.h"
@@ -29,6 +34,9 @@
 #include "services/gateway/core/openai_request.h"
 #include "services/gateway/core/prompt_builder.h"
 #include "services/gateway/core/rate_limiter.h"
+#include "services/gateway/core/timer_queue.h"
+#include "services/gateway/core/voice_backend.h"
+#include "services/gateway/core/voice_metrics.h"
 
 namespace moe::gateway {
 
@@ -54,17 +62,29 @@ struct GatewayDeps {
   common::metrics::Registry& registry;
 };
 
+// The speech services and the timers the voice endpoints use; everything must outlive the
+// gateway. Without them (Create's default) the voice endpoints answer 503.
+struct GatewayVoiceDeps {
+  AsrClient& asr;
+  TtsClient& tts;
+  TimerQueue& timers;
+};
+
 class Gateway {
  public:
   // Everything in `deps` must outlive the Gateway. kInvalidArgument for bad options or a chat
   // template that does not parse.
-  static absl::StatusOr<std::unique_ptr<Gateway>> Create(const GatewayOptions& options,
-                                                         const ModelInfo& model, GatewayDeps deps);
+  static absl::StatusOr<std::unique_ptr<Gateway>> Create(
+      const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
+      std::optional<GatewayVoiceDeps> voice = std::nullopt);
   ~Gateway();
 
   // Handles one request. The answer goes to `writer` (perhaps later, from another thread); the
   // returned function (empty when already answered) cancels the request when the client leaves.
   CancelFn Handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer);
+  // Handles a WebSocket upgrade request (GET /v1/realtime): the session, or the HTTP answer
+  // refusing it (404 elsewhere, 401/429 as for API calls, 503 draining or without voice).
+  UpgradeResult Upgrade(HttpRequest request, std::shared_ptr<WebSocketWriter> writer);
 
   // Refuse new generations (503) and report not ready; in-flight ones go on.
   void StartDrain() { draining_.store(true); }
@@ -77,10 +97,13 @@ class Gateway {
 
  private:
   Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
-          std::vector<std::string> api_keys, std::unique_ptr<PromptBuilder> prompts);
+          std::optional<GatewayVoiceDeps> voice, std::vector<std::string> api_keys,
+          std::unique_ptr<PromptBuilder> prompts);
 
   CancelFn HandleCompletion(Endpoint endpoint, const HttpRequest& request,
                             const std::shared_ptr<ResponseWriter>& writer);
+  CancelFn HandleAudio(const std::string& path, const HttpRequest& request,
+                       const std::shared_ptr<ResponseWriter>& writer);
   HttpResponse HandleModels() const;
   HttpResponse HandleTokenize(const HttpRequest& request) const;
   HttpResponse HandleDetokenize(const HttpRequest& request) const;
@@ -96,12 +119,15 @@ class Gateway {
   const GatewayOptions options_;
   const ModelInfo model_;
   const GatewayDeps deps_;
+  const std::optional<GatewayVoiceDeps> voice_;
   const absl::flat_hash_set<std::string> api_keys_;
   const std::unique_ptr<PromptBuilder> prompts_;
   const RequestLimits request_limits_;
   const uint64_t id_seed_;
 
   GatewayMetrics metrics_;
+  VoiceMetrics voice_metrics_;
+  std::unique_ptr<AudioEndpoints> audio_;  // with voice_
   RateLimiter rate_limiter_;
   InFlightLimiter in_flight_;
   std::atomic<bool> draining_{false};

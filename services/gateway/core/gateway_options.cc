@@ -12,6 +12,15 @@ void HttpOptions::Describe(config::Schema<HttpOptions>& s) {
       .Range(1, 1 << 20);
   s.Add("max_body_bytes", &HttpOptions::max_body_bytes, "request body limit (413 past it)")
       .Range(1024, int64_t{1} << 30);
+  s.Add("max_upload_bytes", &HttpOptions::max_upload_bytes,
+        "multipart/form-data body limit (audio uploads; 413 past it)")
+      .Range(1024, int64_t{4} << 30);
+  s.Add("max_ws_message_bytes", &HttpOptions::max_ws_message_bytes,
+        "largest WebSocket message received")
+      .Range(1024, int64_t{1} << 30);
+  s.Add("max_ws_send_queue_bytes", &HttpOptions::max_ws_send_queue_bytes,
+        "unsent WebSocket output before the socket is closed (a client not reading)")
+      .Range(1024, int64_t{4} << 30);
   s.Add("max_header_bytes", &HttpOptions::max_header_bytes, "request header limit")
       .Range(1024, 1 << 20);
   s.Add("idle_timeout", &HttpOptions::idle_timeout, "keep-alive idle timeout")
@@ -54,6 +63,51 @@ void RoutingOptions::Describe(config::Schema<RoutingOptions>& s) {
       .Range(1, 64);
 }
 
+void RealtimeOptions::Describe(config::Schema<RealtimeOptions>& s) {
+  s.Add("max_items", &RealtimeOptions::max_items, "conversation items kept per session")
+      .Range(2, 4096);
+  s.Add("max_response_tokens", &RealtimeOptions::max_response_tokens,
+        "tokens per response (default and cap)")
+      .Range(1, 1 << 20);
+  s.Add("audio_lead", &RealtimeOptions::audio_lead, "audio sent ahead of real time")
+      .Range(absl::Milliseconds(100), absl::Minutes(10));
+  s.Add("speculative_prefill", &RealtimeOptions::speculative_prefill,
+        "prefill the stable partial transcript while the user speaks");
+  s.Add("speculative_min_chars", &RealtimeOptions::speculative_min_chars,
+        "new stable characters before another speculative prefill")
+      .Range(1, 1 << 16);
+  s.Add("max_session", &RealtimeOptions::max_session, "longest session")
+      .Range(absl::Seconds(1), absl::Hours(24));
+  s.Add("silence_duration", &RealtimeOptions::silence_duration,
+        "turn detection pause when the client sets none")
+      .Range(absl::Milliseconds(100), absl::Seconds(5));
+  s.Add("instructions", &RealtimeOptions::instructions, "system prompt when the client sets none");
+  s.Add("voice", &RealtimeOptions::voice, "voice when the client sets none").NonEmpty();
+  s.Add("temperature", &RealtimeOptions::temperature, "sampling temperature default")
+      .Range(0.0, 2.0);
+}
+
+void VoiceOptions::Describe(config::Schema<VoiceOptions>& s) {
+  s.Add("asr", &VoiceOptions::asr, "asr service gRPC targets host:port");
+  s.Add("tts", &VoiceOptions::tts, "tts service gRPC targets host:port");
+  s.Add("transcription_models", &VoiceOptions::transcription_models,
+        "model names accepted by /v1/audio/transcriptions besides pocketsphinx");
+  s.Add("speech_models", &VoiceOptions::speech_models,
+        "model names accepted by /v1/audio/speech besides espeak-ng");
+  s.Add("realtime_models", &VoiceOptions::realtime_models,
+        "model names accepted by /v1/realtime besides the served model");
+  s.Add("max_transcription_audio", &VoiceOptions::max_transcription_audio,
+        "longest audio upload")
+      .Range(absl::Seconds(1), absl::Hours(10));
+  s.Add("max_speech_input_chars", &VoiceOptions::max_speech_input_chars,
+        "longest /v1/audio/speech input")
+      .Range(1, 1 << 24);
+  s.Add("max_queued_bytes", &VoiceOptions::max_queued_bytes,
+        "queued bytes per asr/tts stream")
+      .Range(1 << 16, int64_t{1} << 32);
+  s.Section("realtime", &VoiceOptions::realtime);
+}
+
 void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
   s.Add("model_dir", &GatewayOptions::model_dir, "model directory (tokenizer, config.json)");
   s.Add("model_id", &GatewayOptions::model_id, "served model name; empty = dir base name");
@@ -69,6 +123,7 @@ void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
   s.Section("limits", &GatewayOptions::limits);
   s.Section("auth", &GatewayOptions::auth);
   s.Section("routing", &GatewayOptions::routing);
+  s.Section("voice", &GatewayOptions::voice);
 }
 
 absl::Status GatewayOptions::Validate() const {

@@ -18,6 +18,10 @@ struct HttpOptions {
   int32_t io_threads = 2;
   int32_t max_connections = 4096;    // past this, new connections are closed at once
   int64_t max_body_bytes = 1 << 20;  // larger bodies: 413
+  // multipart/form-data bodies (audio uploads): OpenAI's 25 MB file limit plus the form.
+  int64_t max_upload_bytes = 26 << 20;
+  int64_t max_ws_message_bytes = 8 << 20;      // one WebSocket message (base64 audio)
+  int64_t max_ws_send_queue_bytes = 16 << 20;  // unsent WebSocket output; past it: close 1008
   int32_t max_header_bytes = 16 << 10;
   absl::Duration idle_timeout = absl::Seconds(60);   // keep-alive connections between requests
   absl::Duration drain_timeout = absl::Seconds(30);  // SIGTERM: grace for in-flight requests
@@ -61,6 +65,56 @@ struct RoutingOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// The realtime API's sessions (/v1/realtime).
+struct RealtimeOptions {
+  // Conversation items kept per session (oldest dropped first; the prompt is also cut from
+  // the oldest item to fit the context).
+  int32_t max_items = 64;
+  // Tokens per response when the client sets no max_output_tokens ("inf"), and the cap on it.
+  int32_t max_response_tokens = 512;
+  // Audio sent ahead of real time: a response's audio deltas go out as fast as synthesized up
+  // to this lead, then at the speed they play. Bounds the client's buffer, and keeps a reply
+  // "in progress" while it plays, so that the user speaking (barge-in) cancels it.
+  absl::Duration audio_lead = absl::Seconds(1);
+  // Prefill the stable part of the partial transcript while the user speaks (router
+  // prefill_only; the prefix cache keeps it), so that at the end of speech only the rest is
+  // prefilled.
+  bool speculative_prefill = true;
+  // New stable characters before another speculative prefill.
+  int32_t speculative_min_chars = 12;
+  absl::Duration max_session = absl::Minutes(30);  // then the session is closed
+  // Turn detection's pause when the client sets none (the asr service's endpoint).
+  absl::Duration silence_duration = absl::Milliseconds(300);
+  std::string instructions = "You are a helpful voice assistant. Answer briefly.";
+  std::string voice = "alloy";
+  double temperature = 0.8;
+
+  static void Describe(common::config::Schema<RealtimeOptions>& s);
+  absl::Status Validate() const { return common::config::CheckFields(*this); }
+};
+
+// The speech endpoints and the realtime API: where asr and tts run, and their limits.
+struct VoiceOptions {
+  std::vector<std::string> asr;  // gRPC targets of the asr service; empty = no transcription
+  std::vector<std::string> tts;  // gRPC targets of the tts service; empty = no speech
+  // Model names accepted in addition to our engines' ("pocketsphinx", "espeak-ng"): the names
+  // OpenAI clients send by default.
+  std::vector<std::string> transcription_models = {"whisper-1", "gpt-4o-transcribe",
+                                                   "gpt-4o-mini-transcribe"};
+  std::vector<std::string> speech_models = {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"};
+  std::vector<std::string> realtime_models = {"gpt-realtime", "gpt-realtime-mini",
+                                              "gpt-4o-realtime-preview",
+                                              "gpt-4o-mini-realtime-preview"};
+  absl::Duration max_transcription_audio = absl::Minutes(15);  // longer uploads: 400
+  int32_t max_speech_input_chars = 4096;                       // OpenAI's limit
+  // Queued audio / text per asr or tts stream, bytes (a service that does not keep up).
+  int64_t max_queued_bytes = 48 << 20;
+  RealtimeOptions realtime;
+
+  static void Describe(common::config::Schema<VoiceOptions>& s);
+  absl::Status Validate() const { return common::config::CheckFields(*this); }
+};
+
 struct GatewayOptions {
   std::string model_dir;      // tokenizer.json, tokenizer_config.json, config.json
   std::string model_id;       // served name ("" = the model directory's base name)
@@ -72,6 +126,7 @@ struct GatewayOptions {
   LimitOptions limits;
   AuthOptions auth;
   RoutingOptions routing;
+  VoiceOptions voice;
 
   static void Describe(common::config::Schema<GatewayOptions>& s);
   absl::Status Validate() const;

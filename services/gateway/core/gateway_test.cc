@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/request_id.h"
 #include "services/gateway/testing/fake_backend.h"
+#include "services/gateway/testing/recording_writer.h"
 #include "services/gateway/testing/test_tokenizer.h"
 
 namespace moe::gateway {
@@ -22,63 +23,8 @@ namespace {
 using Json = nlohmann::json;
 using testing::FakeBackend;
 using testing::FakeBackendOptions;
+using testing::RecordingWriter;
 using ::testing::HasSubstr;
-
-// Records what the core writes; Wait() blocks until the answer is complete.
-class RecordingWriter final : public ResponseWriter {
- public:
-  void Send(HttpResponse response) override {
-    absl::MutexLock lock(&mu_);
-    status_ = response.status;
-    body_ = std::move(response.body);
-    headers_ = std::move(response.headers);
-    done_ = true;
-  }
-  void StartStream(int status, HttpHeaders headers) override {
-    absl::MutexLock lock(&mu_);
-    status_ = status;
-    streamed_ = true;
-  }
-  void Write(std::string data) override {
-    absl::MutexLock lock(&mu_);
-    body_ += data;
-  }
-  void End() override {
-    absl::MutexLock lock(&mu_);
-    done_ = true;
-  }
-  void Wait() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-  }
-  int status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-  std::string body() {
-    absl::MutexLock lock(&mu_);
-    return body_;
-  }
-  bool streamed() {
-    absl::MutexLock lock(&mu_);
-    return streamed_;
-  }
-  std::string header(const std::string& name) {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [k, v] : headers_) {
-      if (k == name) return v;
-    }
-    return "";
-  }
-
- private:
-  absl::Mutex mu_;
-  int status_ = 0;
-  std::string body_;
-  HttpHeaders headers_;
-  bool streamed_ = false;
-  bool done_ = false;
-};
 
 // The data lines of an SSE body.
 std::vector<std::string> Events(const std::string& body) {

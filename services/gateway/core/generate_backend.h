@@ -26,11 +26,15 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_token_ids;
   // How tokens are chosen and when generation stops: temperature ... logit_bias, max_tokens,
   // stop_token_ids, ignore_eos, logprobs (-1: none, else the number of top alternatives in
-  // [0, 20]). max_tokens >= 1: Generate has no prefill-only request (0 on the wire means "until
-  // the context ends"). logprobs_mode is not sent (routers return raw logprobs).
+  // [0, 20]). max_tokens >= 1 (0 on the wire means "until the context ends"); for a prefill
+  // only, see prefill_only. logprobs_mode is not sent (routers return raw logprobs).
   generation::SamplingParams sampling;
   std::string cache_salt;
   int32_t priority = 0;
+  // Compute the prompt's KV blocks into the router's prefix cache and generate nothing
+  // (router.proto prefill_only): the stream ends with one update, kLength, completion_tokens 0.
+  // sampling is ignored.
+  bool prefill_only = false;
 };
 
 struct TopLogprob {

@@ -4,7 +4,9 @@
 
 #include <functional>
 #include <memory>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,17 @@ struct HttpRequest {
   std::string client;         // remote address ("127.0.0.1"), for per-client rate limits
   std::string body;
   std::string request_id;  // the x-request-id header, "" when absent (core/request_id.h)
+  // Every header, names in lower case, in arrival order (content-type for multipart uploads,
+  // openai-beta for the realtime protocol's flavour).
+  HttpHeaders headers;
+
+  // The first value of header `lower_name`, "" when absent.
+  std::string Header(std::string_view lower_name) const {
+    for (const auto& [k, v] : headers) {
+      if (k == lower_name) return v;
+    }
+    return "";
+  }
 };
 
 struct HttpResponse {
@@ -29,8 +42,8 @@ struct HttpResponse {
 };
 
 // Where the core writes one request's answer. Either Send() once, or StartStream() once, then
-// Write()* and End() once (Server-Sent Events: each Write is framed text such as
-// "data: {...}\n\n").
+// Write()* and End() once (chunked transfer encoding; Server-Sent Events unless the headers
+// name another Content-Type, e.g. audio/mpeg: each Write is then raw body bytes).
 //
 // Thread-safety: every method may be called from any thread (the backend's threads included);
 // calls for one request are made in order (never concurrently). After the client has gone, calls
@@ -48,5 +61,40 @@ class ResponseWriter {
 // when the client disconnects, so the core cancels the generation at once. Empty when the request
 // was answered synchronously.
 using CancelFn = std::function<void()>;
+
+// --- WebSocket (RFC 6455), for the realtime API ---
+
+// Where the core writes one WebSocket's messages. Thread-safety: any thread; messages go out
+// in call order. After the peer has gone, calls are accepted and dropped.
+class WebSocketWriter {
+ public:
+  virtual ~WebSocketWriter() = default;
+  // One text message.
+  virtual void SendText(std::string message) = 0;
+  // A close frame with `code` (1000 normal, 1008 policy, 1011 server error) and `reason`
+  // (at most 123 bytes); nothing is sent after it.
+  virtual void Close(uint16_t code, std::string reason) = 0;
+};
+
+// What the core does with one WebSocket's input. Calls are serialised (the socket's reader);
+// OnClosed() comes once, last, however the socket ended.
+class WebSocketHandler {
+ public:
+  virtual ~WebSocketHandler() = default;
+  virtual void OnText(std::string message) = 0;
+  // A binary message (the realtime API has none): the handler answers it as it sees fit.
+  virtual void OnBinary(std::string message) = 0;
+  virtual void OnClosed() = 0;
+};
+
+// The core's answer to an upgrade request: a handler (the server then completes the handshake
+// and reads messages into it) or, when `handler` is null, `rejection` is sent as the HTTP
+// answer (401, 404, 503...).
+struct UpgradeResult {
+  std::shared_ptr<WebSocketHandler> handler;
+  HttpResponse rejection;
+  // The Sec-WebSocket-Protocol to answer with ("" = none): one the client offered.
+  std::string subprotocol;
+};
 
 }  // namespace moe::gateway

@@ -37,7 +37,9 @@ FakeBackend::~FakeBackend() {
 std::unique_ptr<GenerateCall> FakeBackend::Generate(GenerateRequest request,
                                                     std::shared_ptr<GenerateObserver> observer) {
   Stream s;
-  if (options_.script) {
+  if (request.prefill_only) {
+    // Nothing to generate: the stream ends with its first update (kLength, no tokens).
+  } else if (options_.script) {
     s.tokens = options_.script(request);
   } else {
     const int32_t max_tokens = request.sampling.max_tokens;
@@ -55,6 +57,7 @@ std::unique_ptr<GenerateCall> FakeBackend::Generate(GenerateRequest request,
   s.due = absl::Now();
   absl::MutexLock lock(&mu_);
   ++started_;
+  if (s.request.prefill_only) ++prefills_;
   last_request_ = s.request;
   const uint64_t id = next_id_++;
   streams_.emplace(id, std::move(s));

@@ -4,7 +4,7 @@
 //
 // Default script: the prompt's tokens repeated, up to sampling.max_tokens (16 when 0); a token
 // equal to options.eos_id (unless sampling.ignore_eos) or in sampling.stop_token_ids ends the
-// stream with kStop.
+// stream with kStop. A prefill_only request ends at once with kLength and no token.
 //
 // Thread-safe.
 #pragma once
@@ -53,6 +53,11 @@ class FakeBackend final : public GenerateBackend {
   void Release();
 
   int num_started() const;
+  // Of those, prefill-only requests (they end at once, with no token).
+  int num_prefills() const {
+    absl::MutexLock lock(&mu_);
+    return prefills_;
+  }
   int num_cancelled() const;
   int num_active() const;
   GenerateRequest last_request() const;
@@ -85,6 +90,7 @@ class FakeBackend final : public GenerateBackend {
   bool ready_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
+  int prefills_ ABSL_GUARDED_BY(mu_) = 0;
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   // The loop is running observers' callbacks outside mu_ (WaitForIdle waits for them too).
   bool delivering_ ABSL_GUARDED_BY(mu_) = false;
