@@ -5,7 +5,9 @@
 //   POST /tokenize, POST /detokenize                   vLLM-style helpers
 //   GET  /healthz (liveness), /readyz (a router is reachable and not draining), /metrics
 // Protection, in order: draining (503), API key (401), per-key rate limit (429), parsing and
-// validation (400/404), prompt length (400), in-flight bound (503), then generation.
+// validation (400/404; a constraint from response_format / tools that does not compile is a 400
+// naming the problem, checked with the gateway's own GrammarCache), prompt length (400),
+// in-flight bound (503), then generation.
 //
 // Thread-safety: Handle() may be called concurrently from any thread.
 #pragma once
@@ -19,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/base/clock.h"
+#include "common/grammar/grammar_cache.h"
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/api_error.h"
@@ -29,6 +32,7 @@
 #include "services/gateway/core/openai_request.h"
 #include "services/gateway/core/prompt_builder.h"
 #include "services/gateway/core/rate_limiter.h"
+#include "services/gateway/core/tool_calls.h"
 
 namespace moe::gateway {
 
@@ -73,11 +77,14 @@ class Gateway {
   int64_t in_flight() const { return in_flight_.in_flight(); }
 
   const ModelInfo& model() const { return model_; }
+  const grammar::GrammarCache& grammar_cache() const { return *grammar_; }
+  ToolCallFormat tool_call_format() const { return tool_format_; }
   GatewayMetrics& metrics() { return metrics_; }
 
  private:
   Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
-          std::vector<std::string> api_keys, std::unique_ptr<PromptBuilder> prompts);
+          std::vector<std::string> api_keys, std::unique_ptr<PromptBuilder> prompts,
+          std::unique_ptr<grammar::GrammarCache> grammar, ToolCallFormat tool_format);
 
   CancelFn HandleCompletion(Endpoint endpoint, const HttpRequest& request,
                             const std::shared_ptr<ResponseWriter>& writer);
@@ -98,6 +105,8 @@ class Gateway {
   const GatewayDeps deps_;
   const absl::flat_hash_set<std::string> api_keys_;
   const std::unique_ptr<PromptBuilder> prompts_;
+  const std::unique_ptr<grammar::GrammarCache> grammar_;
+  const ToolCallFormat tool_format_;
   const RequestLimits request_limits_;
   const uint64_t id_seed_;
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/generation/constraint.h"
 #include "common/generation/finish_reason.h"
 #include "common/generation/sampling_params.h"
 #include "common/generation/usage.h"
@@ -31,6 +32,8 @@ struct GenerateRequest {
   generation::SamplingParams sampling;
   std::string cache_salt;
   int32_t priority = 0;
+  // Structured output: the router masks every step with it (inactive: unconstrained).
+  generation::Constraint constraint;
 };
 
 struct TopLogprob {
