@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/testing/fake_clock.h"
+#include "common/tokenizer/preset_tokenizer.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -65,6 +66,41 @@ TEST(RenderChatTest, StrftimeNowReadsTheTemplatesClock) {
 TEST(RenderChatTest, TemplateErrorsAreInvalidArgument) {
   EXPECT_THAT(RenderChat(Parse("{{ raise_exception('roles must alternate') }}"), {}, {}),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+json Msg(const std::string& role, const std::string& content) {
+  return {{"role", role}, {"content", content}};
+}
+
+TEST(RenderChatTest, PresetTemplateWithoutToolsIsThePlainMistralFormat) {
+  const ChatTemplate t = Parse(tokenizer::PresetChatTemplate());
+  const json chat = json::array({Msg("system", "S"), User("U"), Msg("assistant", "A"), User("V")});
+  EXPECT_THAT(RenderChat(t, {.messages = chat}, {"<s>", "</s>"}),
+              IsOkAndHolds("<s>[INST] S\n\nU [/INST] A</s>[INST] V [/INST]"));
+  EXPECT_THAT(RenderChat(t, {.messages = json::array({User("a"), User("b")})}, {"<s>", "</s>"}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(RenderChatTest, PresetTemplateRendersToolsCallsAndResults) {
+  const ChatTemplate t = Parse(tokenizer::PresetChatTemplate());
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  json call = Msg("assistant", "");
+  call["tool_calls"] = json::parse(R"([{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}])");
+  json result = Msg("tool", "sunny");
+  result["tool_call_id"] = "call_1";
+  const json chat = json::array({User("Weather?"), call, result});
+  absl::StatusOr<std::string> text =
+      RenderChat(t, {.messages = chat, .extra_context = {{"tools", tools}}}, {"<s>", "</s>"});
+  ASSERT_TRUE(text.ok()) << text.status();
+  // (nlohmann::json sorts keys; the template prints them as it gets them.)
+  EXPECT_EQ(*text,
+            "<s>[AVAILABLE_TOOLS] [{\"function\": {\"name\": \"get_weather\", \"parameters\": "
+            "{\"properties\": {\"city\": {\"type\": \"string\"}}, \"type\": \"object\"}}, "
+            "\"type\": \"function\"}] [/AVAILABLE_TOOLS][INST] Weather? [/INST] [TOOL_CALLS] "
+            "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]</s>"
+            "[TOOL_RESULTS] {\"call_id\": \"call_1\", \"content\": \"sunny\"} [/TOOL_RESULTS]");
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ void LogSoftmax(const float* logits, int64_t n, float* out) {
 struct SequenceSampler::Rep {
   Rep(const generation::SamplingParams& params, absl::Span<const int32_t> prompt_ids,
       int64_t vocab_size, uint64_t seed);
-  SampledToken Sample(absl::Span<const float> logits);
+  SampledToken Sample(absl::Span<const float> logits, absl::Span<const uint32_t> allowed);
+  void ApplyMask(absl::Span<const uint32_t> allowed, float* l) const;
   void ApplyBiasAndPenalties(float* l) const;
   int32_t Draw(float* l, uint64_t counter);
   void FillLogprobs(const float* l, SampledToken* out);
@@ -64,7 +65,11 @@ SequenceSampler::~SequenceSampler() = default;
 SequenceSampler::SequenceSampler(SequenceSampler&&) noexcept = default;
 SequenceSampler& SequenceSampler::operator=(SequenceSampler&&) noexcept = default;
 SampledToken SequenceSampler::Sample(absl::Span<const float> logits) {
-  return rep_->Sample(logits);
+  return rep_->Sample(logits, {});
+}
+SampledToken SequenceSampler::Sample(absl::Span<const float> logits,
+                                     absl::Span<const uint32_t> allowed) {
+  return rep_->Sample(logits, allowed);
 }
 int64_t SequenceSampler::num_sampled() const { return rep_->num_sampled_; }
 const generation::SamplingParams& SequenceSampler::params() const { return rep_->params_; }
@@ -85,6 +90,18 @@ SequenceSampler::Rep::Rep(const generation::SamplingParams& params,
   if (!params_.greedy() || params_.logprobs >= 0) {
     probs_.resize(static_cast<size_t>(vocab_));
     idx_.resize(static_cast<size_t>(vocab_));
+  }
+}
+
+void SequenceSampler::Rep::ApplyMask(absl::Span<const uint32_t> allowed, float* l) const {
+  const size_t words = std::min(allowed.size(), static_cast<size_t>((vocab_ + 31) / 32));
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t banned = ~allowed[w];
+    while (banned != 0) {  // only the disallowed bits: a mostly-open mask costs little
+      const int64_t id = static_cast<int64_t>(w * 32) + __builtin_ctz(banned);
+      banned &= banned - 1;
+      if (id < vocab_) l[id] = kNegInf;
+    }
   }
 }
 
@@ -178,8 +195,10 @@ void SequenceSampler::Rep::FillLogprobs(const float* l, SampledToken* out) {
   for (int64_t i = 0; i < n; ++i) out->top[i] = {idx_[i], probs_[idx_[i]]};
 }
 
-SampledToken SequenceSampler::Rep::Sample(absl::Span<const float> logits) {
+SampledToken SequenceSampler::Rep::Sample(absl::Span<const float> logits,
+                                          absl::Span<const uint32_t> allowed) {
   std::copy(logits.begin(), logits.end(), work_.begin());
+  if (!allowed.empty()) ApplyMask(allowed, work_.data());
   ApplyBiasAndPenalties(work_.data());
   SampledToken out;
   out.token_id = Draw(work_.data(), static_cast<uint64_t>(num_sampled_));

@@ -48,6 +48,11 @@ class SequenceSampler {
 
   // Picks the next token from `logits` [vocab] (not modified) and records it as output.
   SampledToken Sample(absl::Span<const float> logits);
+  // The same among the tokens `allowed` permits (bit id % 32 of allowed[id / 32]; a constrained
+  // sequence's grammar mask): the others count as -inf logits before step 1. Raw logprobs still
+  // come from the unmasked logits. An empty span allows every token.
+  // REQUIRES: allowed is empty or has (vocab + 31) / 32 words and permits at least one token.
+  SampledToken Sample(absl::Span<const float> logits, absl::Span<const uint32_t> allowed);
 
   int64_t num_sampled() const;
   const generation::SamplingParams& params() const;

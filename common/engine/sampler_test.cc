@@ -190,5 +190,30 @@ TEST(SamplerTest, RawLogprobsIgnoreTemperatureProcessedDoNot) {
   EXPECT_NEAR(b.logprob, lb, 1e-6);
 }
 
+TEST(SamplerTest, AMaskRestrictsGreedyAndSampledDraws) {
+  // 40 tokens: allowed are 3 and 37 only (two mask words).
+  std::vector<float> logits(40, 0.f);
+  logits[5] = 9.f;   // the unmasked argmax
+  logits[37] = 2.f;
+  const std::vector<uint32_t> allowed = {1u << 3, 1u << (37 - 32)};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.logprobs = 0;
+  SequenceSampler g(greedy, {}, 40, 1);
+  const SampledToken t = g.Sample(logits, allowed);
+  EXPECT_EQ(t.token_id, 37);
+  std::vector<float> raw(40);
+  LogSoftmax(logits.data(), 40, raw.data());
+  EXPECT_FLOAT_EQ(t.logprob, raw[37]);  // raw logprobs ignore the mask
+  EXPECT_EQ(SequenceSampler(greedy, {}, 40, 1).Sample(logits).token_id, 5);
+  std::set<int32_t> seen;
+  for (int s = 0; s < 200; ++s) {
+    SamplingParams p;
+    p.seed = static_cast<uint64_t>(s);
+    seen.insert(SequenceSampler(p, {}, 40, 0).Sample(logits, allowed).token_id);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{3, 37}));
+}
+
 }  // namespace
 }  // namespace moe::engine

@@ -1,3 +1,4 @@
+#include "common/generation/constraint.h"
 #include "common/generation/finish_reason.h"
 #include "common/generation/sampling_params.h"
 #include "common/generation/usage.h"
@@ -49,6 +50,29 @@ TEST(SamplingParamsTest, LogprobsCarriesOpenAiLogprobsAndTopLogprobs) {
   p.logprobs = 3;
   EXPECT_TRUE(p.returns_logprobs());
   EXPECT_EQ(p.num_top_logprobs(), 3);
+}
+
+TEST(ConstraintTest, ValidateChecksTheFieldsOfEachKind) {
+  Constraint c;
+  EXPECT_FALSE(c.active());
+  EXPECT_THAT(c.Validate(), IsOk());
+  c.kind = ConstraintKind::kJsonSchema;
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("schema")));
+  c.spec = "{}";
+  EXPECT_THAT(c.Validate(), IsOk());
+  c = {.kind = ConstraintKind::kChoice, .choices = {"yes", ""}};
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("choice 1")));
+  c = {.kind = ConstraintKind::kJsonObject, .spec = "x"};
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ConstraintTest, CacheKeysDifferAcrossKindsAndChoiceSplits) {
+  const Constraint a{.kind = ConstraintKind::kChoice, .choices = {"a,b"}};
+  const Constraint b{.kind = ConstraintKind::kChoice, .choices = {"a", ",b"}};
+  const Constraint r{.kind = ConstraintKind::kRegex, .spec = "a,b"};
+  EXPECT_NE(a.CacheKey(), b.CacheKey());
+  EXPECT_NE(a.CacheKey(), r.CacheKey());
+  EXPECT_EQ(r.CacheKey(), (Constraint{.kind = ConstraintKind::kRegex, .spec = "a,b"}.CacheKey()));
 }
 
 }  // namespace

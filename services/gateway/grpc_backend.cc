@@ -59,6 +59,23 @@ pb::GenerateRequest ToProto(const GenerateRequest& r, const std::string& model) 
   p.set_top_logprobs(sampling.num_top_logprobs());
   p.set_cache_salt(r.cache_salt);
   p.set_priority(r.priority);
+  switch (r.constraint.kind) {
+    case generation::ConstraintKind::kJsonSchema:
+      p.mutable_constraint()->set_json_schema(r.constraint.spec);
+      break;
+    case generation::ConstraintKind::kJsonObject:
+      p.mutable_constraint()->set_json_object(true);
+      break;
+    case generation::ConstraintKind::kRegex:
+      p.mutable_constraint()->set_regex(r.constraint.spec);
+      break;
+    case generation::ConstraintKind::kChoice:
+      p.mutable_constraint()->mutable_choice()->mutable_choices()->Assign(
+          r.constraint.choices.begin(), r.constraint.choices.end());
+      break;
+    case generation::ConstraintKind::kNone:
+      break;
+  }
   (void)model;  // The router checks `model` only when set; ids may differ by launch path.
   return p;
 }

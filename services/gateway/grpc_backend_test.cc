@@ -179,6 +179,32 @@ TEST(GrpcBackendTest, StreamsTokensFinishAndUsageFromARouter) {
   EXPECT_TRUE(sent.logprobs());
 }
 
+TEST(GrpcBackendTest, ConstraintsTravelAsTheProtoConstraint) {
+  FakeRouter router("a");
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({router.target()}), "tiny"));
+  backend->PollNowForTesting();
+  auto send = [&](generation::Constraint c) {
+    GenerateRequest r = Request(1);
+    r.constraint = std::move(c);
+    auto collector = std::make_shared<Collector>();
+    auto call = backend->Generate(std::move(r), collector);
+    EXPECT_TRUE(collector->Wait());
+    return router.last();
+  };
+  using generation::ConstraintKind;
+  EXPECT_FALSE(send({}).has_constraint());
+  EXPECT_EQ(send({.kind = ConstraintKind::kJsonSchema, .spec = R"({"type":"integer"})"})
+                .constraint()
+                .json_schema(),
+            R"({"type":"integer"})");
+  EXPECT_TRUE(send({.kind = ConstraintKind::kJsonObject}).constraint().json_object());
+  EXPECT_EQ(send({.kind = ConstraintKind::kRegex, .spec = "[a-z]+"}).constraint().regex(),
+            "[a-z]+");
+  pb::GenerateRequest choice = send({.kind = ConstraintKind::kChoice, .choices = {"yes", "no"}});
+  ASSERT_EQ(choice.constraint().choice().choices_size(), 2);
+  EXPECT_EQ(choice.constraint().choice().choices(1), "no");
+}
+
 TEST(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
   FakeRouter live("live");
   // A port nobody listens on.

@@ -99,6 +99,7 @@ absl::Status Run(int argc, char** argv) {
       .kv_namespace = (*core)->kv_namespace()};
   router::RouterServer service((*core)->scheduler(), info, clock);
   service.set_remote_experts(experts.get());
+  service.set_grammar_cache((*core)->grammar_cache());
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::router::v1::Router::service_full_name());
   if (absl::Status s = runner.Start(); !s.ok()) return s;

@@ -70,6 +70,32 @@ const char* FinishReasonName(pb::FinishReason reason) {
   }
 }
 
+absl::StatusOr<generation::Constraint> ConstraintFromProto(const pb::Constraint& c) {
+  generation::Constraint out;
+  switch (c.kind_case()) {
+    case pb::Constraint::kJsonSchema:
+      out.kind = generation::ConstraintKind::kJsonSchema;
+      out.spec = c.json_schema();
+      break;
+    case pb::Constraint::kJsonObject:
+      if (!c.json_object()) return absl::InvalidArgumentError("constraint.json_object must be true");
+      out.kind = generation::ConstraintKind::kJsonObject;
+      break;
+    case pb::Constraint::kRegex:
+      out.kind = generation::ConstraintKind::kRegex;
+      out.spec = c.regex();
+      break;
+    case pb::Constraint::kChoice:
+      out.kind = generation::ConstraintKind::kChoice;
+      out.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      break;
+    case pb::Constraint::KIND_NOT_SET:
+      break;
+  }
+  if (absl::Status s = out.Validate(); !s.ok()) return s;
+  return out;
+}
+
 // How often a waiting Generate call looks at whether its client is still there.
 constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
 
@@ -138,6 +164,23 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
                                             : static_cast<int32_t>(info_.max_context - prompt_len);
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();
+  if (request.has_constraint()) {
+    absl::StatusOr<generation::Constraint> constraint = ConstraintFromProto(request.constraint());
+    if (!constraint.ok()) return constraint.status();
+    if (constraint->active()) {
+      if (grammar_cache_ == nullptr) {
+        return absl::FailedPreconditionError(
+            "this router has no tokenizer for the model, so it cannot apply a constraint");
+      }
+      absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+          grammar_cache_->Get(*constraint);
+      if (!compiled.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("constraint: ", compiled.status().message()));
+      }
+      out.grammar = *std::move(compiled);
+    }
+  }
   if (request.timeout_ms() > 0) {
     out.deadline = clock_.Now() + absl::Milliseconds(request.timeout_ms());
   }

@@ -75,6 +75,9 @@ class RouterServer final : public moe::router::v1::Router::Service {
   // Where the routed experts run when they are remote (optional, borrowed): GetStats then reports
   // its placement and load window, and SetPlacement switches it. Call before serving.
   void set_remote_experts(RemoteExpertExecutor* experts) { experts_ = experts; }
+  // Compiles GenerateRequest.constraint (optional, borrowed; RouterCore::grammar_cache()).
+  // Without it a constrained request is FAILED_PRECONDITION. Call before serving.
+  void set_grammar_cache(grammar::GrammarCache* cache) { grammar_cache_ = cache; }
 
   // The core request for a proto request (exposed for tests). INVALID_ARGUMENT /
   // FAILED_PRECONDITION as documented in router.proto.
@@ -96,6 +99,7 @@ class RouterServer final : public moe::router::v1::Router::Service {
   const RouterServerInfo info_;
   common::Clock& clock_;
   RemoteExpertExecutor* experts_ = nullptr;
+  grammar::GrammarCache* grammar_cache_ = nullptr;
 
   absl::Mutex mu_;
   // request_ids of running Generate calls (a duplicate is INVALID_ARGUMENT).

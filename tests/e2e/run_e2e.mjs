@@ -10,8 +10,9 @@ if (!existsSync(path.join(here, '..', 'js', 'node_modules', 'openai'))) {
   console.log('SKIP: tests/js/node_modules/openai is missing (run scripts/setup)');
   process.exit(77);
 }
-const r = spawnSync(process.execPath,
-  ['--test', path.join(here, 'openai_sdk.test.mjs'), path.join(here, 'moe_up.test.mjs'),
-    path.join(here, 'voice.test.mjs')],
+// The test files to run: the arguments, or the default set.
+const files = process.argv.length > 2 ? process.argv.slice(2)
+  : ['openai_sdk.test.mjs', 'moe_up.test.mjs', 'voice.test.mjs'];
+const r = spawnSync(process.execPath, ['--test', ...files.map((f) => path.join(here, f))],
   { stdio: 'inherit' });
 process.exit(r.status ?? 1);

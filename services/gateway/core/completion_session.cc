@@ -19,7 +19,12 @@ CompletionSession::CompletionSession(SessionParams params, const tokenizer::Toke
       metrics_(metrics),
       on_done_(std::move(on_done)),
       detok_(tokenizer, params_.skip_special_tokens),
-      stop_(params_.stop, params_.include_stop_str_in_output) {}
+      stop_(params_.stop, params_.include_stop_str_in_output) {
+  if (params_.tools) {
+    tools_.emplace(params_.tools->mode, params_.tools->format, params_.tools->functions,
+                   params_.tools->named, std::hash<std::string>{}(params_.meta.id));
+  }
+}
 
 CompletionSession::~CompletionSession() = default;
 
@@ -102,12 +107,22 @@ void CompletionSession::OnUpdate(GenerateUpdate update) {
       if (!hit) delta += stop_.Flush();
     }
     text_bytes_ += static_cast<int32_t>(delta.size());
+    std::vector<ToolCallDelta> tool_deltas;
+    if (tools_) {
+      ToolCallParser::Output o = tools_->Add(delta);
+      delta = std::move(o.content);
+      tool_deltas = std::move(o.deltas);
+    }
     if (params_.stream) {
       EnsureStreamStartedLocked();
       if (!delta.empty() || !lps.empty()) {
         writer_->Write(
             SseEvent(RenderChunk(params_.meta, /*role=*/false, delta, FinishReason::kNone,
                                  params_.logprobs ? &lps : nullptr, params_.include_usage)));
+      }
+      if (!tool_deltas.empty()) {
+        writer_->Write(
+            SseEvent(RenderToolCallChunk(params_.meta, tool_deltas, params_.include_usage)));
       }
     } else {
       text_ += delta;
@@ -162,6 +177,10 @@ void CompletionSession::FinishLocked(FinishReason reason, std::optional<Usage> u
   // Account for the request (metrics, in-flight slot) before the client can see its end, so a
   // client that reads the last byte and then scrapes /metrics or sends again sees it finished.
   EndLocked(reason);
+  if (tools_) {
+    FinishToolsLocked(reason, u);
+    return;
+  }
   if (params_.stream) {
     EnsureStreamStartedLocked();
     std::vector<RenderedLogprob> none;
@@ -177,6 +196,42 @@ void CompletionSession::FinishLocked(FinishReason reason, std::optional<Usage> u
         RenderResponse(params_.meta, text_, reason, u, params_.logprobs ? &logprobs_ : nullptr);
     writer_->Send(std::move(response));
   }
+}
+
+void CompletionSession::FinishToolsLocked(FinishReason reason, const Usage& usage) {
+  ToolCallParser::Output tail = tools_->Finish();
+  const bool called = !tools_->calls().empty();
+  // OpenAI: "tool_calls" when the model chose to call (auto, required); a forced named call
+  // ends with "stop".
+  std::string finish(generation::FinishReasonName(reason));
+  if (called && reason == FinishReason::kStop && tools_->mode() != ToolCallMode::kNamed) {
+    finish = "tool_calls";
+  }
+  if (params_.stream) {
+    EnsureStreamStartedLocked();
+    if (!tail.content.empty()) {
+      writer_->Write(SseEvent(RenderChunk(params_.meta, /*role=*/false, tail.content,
+                                          FinishReason::kNone, nullptr, params_.include_usage)));
+    }
+    if (!tail.deltas.empty()) {
+      writer_->Write(
+          SseEvent(RenderToolCallChunk(params_.meta, tail.deltas, params_.include_usage)));
+    }
+    std::vector<RenderedLogprob> none;
+    writer_->Write(SseEvent(RenderFinishChunk(params_.meta, finish,
+                                              params_.logprobs ? &none : nullptr,
+                                              params_.include_usage)));
+    if (params_.include_usage) writer_->Write(SseEvent(RenderUsageChunk(params_.meta, usage)));
+    writer_->Write(std::string(kSseDone));
+    writer_->End();
+    return;
+  }
+  std::string content = text_ + tail.content;
+  if (called && content.find_first_not_of(" \t\r\n") == std::string::npos) content.clear();
+  HttpResponse response;
+  response.body = RenderToolResponse(params_.meta, content, tools_->calls(), finish, usage,
+                                     params_.logprobs ? &logprobs_ : nullptr);
+  writer_->Send(std::move(response));
 }
 
 void CompletionSession::FailLocked(const absl::Status& status) {

@@ -1,6 +1,7 @@
 // One completion request in flight: receives the backend's token stream, detokenizes it
-// incrementally, matches stop strings (holding back possible prefixes), and writes either one
-// response or an SSE stream in OpenAI's shapes. A stop string ends the generation at once
+// incrementally, matches stop strings (holding back possible prefixes), turns tool-call output
+// into message.tool_calls / delta.tool_calls when the request has tools (core/tool_calls.h), and
+// writes either one response or an SSE stream in OpenAI's shapes. A stop string ends the generation at once
 // (the backend call is cancelled); so does the client going away (Cancel()).
 //
 // HTTP status of failures: an error before anything was written gets a proper HTTP error
@@ -28,8 +29,17 @@
 #include "services/gateway/core/openai_request.h"
 #include "services/gateway/core/openai_response.h"
 #include "services/gateway/core/stop_matcher.h"
+#include "services/gateway/core/tool_calls.h"
 
 namespace moe::gateway {
+
+// Chat with tools: how the output becomes message.tool_calls (core/tool_calls.h).
+struct ToolSessionParams {
+  ToolCallMode mode = ToolCallMode::kAuto;
+  ToolCallFormat format = ToolCallFormat::kNone;
+  std::vector<std::string> functions;  // the declared names
+  std::string named;                   // kNamed: the function
+};
 
 struct SessionParams {
   ResponseMeta meta;
@@ -43,6 +53,7 @@ struct SessionParams {
   int32_t prompt_tokens = 0;
   absl::Time received;  // when the request arrived (TTFT, e2e)
   int retry_after_s = 1;
+  std::optional<ToolSessionParams> tools;  // set: chat with tool calling
 };
 
 class CompletionSession final : public GenerateObserver,
@@ -70,6 +81,9 @@ class CompletionSession final : public GenerateObserver,
   // (stopped early by a stop string).
   void FinishLocked(generation::FinishReason reason, std::optional<generation::Usage> usage)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FinishLocked's output for a chat request with tools.
+  void FinishToolsLocked(generation::FinishReason reason, const generation::Usage& usage)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnsureStreamStartedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLocked(generation::FinishReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -86,6 +100,7 @@ class CompletionSession final : public GenerateObserver,
   std::unique_ptr<GenerateCall> call_ ABSL_GUARDED_BY(mu_);
   tokenizer::IncrementalDetokenizer detok_ ABSL_GUARDED_BY(mu_);
   StopMatcher stop_ ABSL_GUARDED_BY(mu_);
+  std::optional<ToolCallParser> tools_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;  // stop string or client gone
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;

@@ -113,19 +113,40 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& o
   ASSIGN_OR_RETURN(
       std::unique_ptr<PromptBuilder> prompts,
       PromptBuilder::Create(deps.tokenizer, options.fallback_chat_template, deps.clock));
-  return std::unique_ptr<Gateway>(
-      new Gateway(options, model, deps, voice, std::move(keys), std::move(prompts)));
+  std::string template_text = deps.tokenizer.chat_template();
+  if (template_text.empty()) {
+    ASSIGN_OR_RETURN(std::string_view fallback,
+                     chat_template::FallbackTemplate(options.fallback_chat_template));
+    template_text = std::string(fallback);
+  }
+  ASSIGN_OR_RETURN(ToolCallFormat tool_format,
+                   ResolveToolCallFormat(options.tool_call_format, template_text));
+  RETURN_IF_ERROR(options.grammar.Validate());
+  // The gateway only checks that constraints compile (masks are the routers' work), so the end
+  // ids do not matter here.
+  ASSIGN_OR_RETURN(std::shared_ptr<const grammar::TokenVocabulary> vocabulary,
+                   grammar::TokenVocabulary::FromTokenizer(
+                       deps.tokenizer, deps.tokenizer.vocab_size(),
+                       deps.tokenizer.eos_ids()));
+  auto grammar = std::make_unique<grammar::GrammarCache>(options.grammar, std::move(vocabulary),
+                                                         deps.registry, deps.clock);
+  return std::unique_ptr<Gateway>(new Gateway(options, model, deps, voice, std::move(keys),
+                                              std::move(prompts), std::move(grammar),
+                                              tool_format));
 }
 
 Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
                  std::optional<GatewayVoiceDeps> voice, std::vector<std::string> api_keys,
-                 std::unique_ptr<PromptBuilder> prompts)
+                 std::unique_ptr<PromptBuilder> prompts,
+                 std::unique_ptr<grammar::GrammarCache> grammar, ToolCallFormat tool_format)
     : options_(options),
       model_(model),
       deps_(deps),
       voice_(voice),
       api_keys_(api_keys.begin(), api_keys.end()),
       prompts_(std::move(prompts)),
+      grammar_(std::move(grammar)),
+      tool_format_(tool_format),
       request_limits_{.max_stop_strings = options.limits.max_stop_strings},
       id_seed_(std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32)),
       metrics_(deps.registry, model.id),
@@ -347,6 +368,25 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
     Reject(*writer, ApiError::ModelNotFound(request.model), "invalid");
     return nullptr;
   }
+  // The output constraint: response_format / guided_*, or a required / named tool_choice.
+  generation::Constraint constraint = request.constraint;
+  std::string constraint_param = request.constraint_param;
+  if (std::optional<generation::Constraint> tc = ToolChoiceConstraint(request)) {
+    constraint = *std::move(tc);
+    constraint_param = "tools";
+  }
+  if (constraint.active()) {
+    absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+        grammar_->Get(constraint);
+    if (!compiled.ok()) {
+      Reject(*writer,
+             ApiError::InvalidParam(constraint_param,
+                                    absl::StrCat("'", constraint_param, "' cannot be used: ",
+                                                 compiled.status().message())),
+             "invalid");
+      return nullptr;
+    }
+  }
   absl::StatusOr<std::vector<int32_t>> prompt = prompts_->Build(request);
   if (!prompt.ok()) {
     ApiError e =
@@ -391,6 +431,31 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   params.prompt_tokens = prompt_tokens;
   params.received = received;
   params.retry_after_s = options_.limits.retry_after_s;
+  if (endpoint == Endpoint::kChatCompletions && !request.tool_functions.empty()) {
+    ToolSessionParams tools;
+    for (const ToolFunction& f : request.tool_functions) tools.functions.push_back(f.name);
+    tools.format = tool_format_;
+    switch (request.tool_choice.mode) {
+      case ToolChoiceMode::kNamed:
+        tools.mode = ToolCallMode::kNamed;
+        tools.named = request.tool_choice.name;
+        params.tools = std::move(tools);
+        break;
+      case ToolChoiceMode::kRequired:
+        tools.mode = ToolCallMode::kRequired;
+        params.tools = std::move(tools);
+        break;
+      case ToolChoiceMode::kAuto:
+        if (tool_format_ == ToolCallFormat::kNone) break;  // no known format: plain content
+        tools.mode = ToolCallMode::kAuto;
+        // Mistral tokenizers make [TOOL_CALLS] a special token: keep it in the text to parse.
+        if (tool_format_ == ToolCallFormat::kMistral) params.skip_special_tokens = false;
+        params.tools = std::move(tools);
+        break;
+      case ToolChoiceMode::kNone:
+        break;
+    }
+  }
 
   GenerateRequest generate;
   generate.request_id = params.meta.id;
@@ -400,6 +465,7 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   generate.sampling.max_tokens = max_tokens;
   generate.cache_salt = request.cache_salt;
   generate.priority = request.priority;
+  generate.constraint = std::move(constraint);
 
   auto session = std::make_shared<CompletionSession>(std::move(params), deps_.tokenizer, writer,
                                                      deps_.clock, metrics_, [this] {

@@ -8,7 +8,9 @@
 //   GET  /v1/realtime (WebSocket upgrade)               the realtime API (realtime_session.h)
 //   GET  /, /playground/*                               the browser playground (static files)
 // Protection, in order: draining (503), API key (401), per-key rate limit (429), parsing and
-// validation (400/404), prompt length (400), in-flight bound (503), then generation.
+// validation (400/404; a constraint from response_format / tools that does not compile is a 400
+// naming the problem, checked with the gateway's own GrammarCache), prompt length (400),
+// in-flight bound (503), then generation.
 //
 // Thread-safety: Handle() may be called concurrently from any thread.
 #pragma once
@@ -23,6 +25,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/base/clock.h"
+#include "common/grammar/grammar_cache.h"
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/api_error.h"
@@ -37,6 +40,7 @@
 #include "services/gateway/core/timer_queue.h"
 #include "services/gateway/core/voice_backend.h"
 #include "services/gateway/core/voice_metrics.h"
+#include "services/gateway/core/tool_calls.h"
 
 namespace moe::gateway {
 
@@ -93,12 +97,15 @@ class Gateway {
   int64_t in_flight() const { return in_flight_.in_flight(); }
 
   const ModelInfo& model() const { return model_; }
+  const grammar::GrammarCache& grammar_cache() const { return *grammar_; }
+  ToolCallFormat tool_call_format() const { return tool_format_; }
   GatewayMetrics& metrics() { return metrics_; }
 
  private:
   Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
           std::optional<GatewayVoiceDeps> voice, std::vector<std::string> api_keys,
-          std::unique_ptr<PromptBuilder> prompts);
+          std::unique_ptr<PromptBuilder> prompts, std::unique_ptr<grammar::GrammarCache> grammar,
+          ToolCallFormat tool_format);
 
   CancelFn HandleCompletion(Endpoint endpoint, const HttpRequest& request,
                             const std::shared_ptr<ResponseWriter>& writer);
@@ -122,6 +129,8 @@ class Gateway {
   const std::optional<GatewayVoiceDeps> voice_;
   const absl::flat_hash_set<std::string> api_keys_;
   const std::unique_ptr<PromptBuilder> prompts_;
+  const std::unique_ptr<grammar::GrammarCache> grammar_;
+  const ToolCallFormat tool_format_;
   const RequestLimits request_limits_;
   const uint64_t id_seed_;
 

@@ -119,11 +119,14 @@ void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
         "max_tokens when a request sets none; 0 = up to the context")
       .Min(0);
   s.Add("log_level", &GatewayOptions::log_level, "trace|debug|info|warn|error|off");
+  s.Add("tool_call_format", &GatewayOptions::tool_call_format,
+        "tool calls in the output (tool_choice auto): auto|none|mistral|hermes|llama3");
   s.Section("http", &GatewayOptions::http);
   s.Section("limits", &GatewayOptions::limits);
   s.Section("auth", &GatewayOptions::auth);
   s.Section("routing", &GatewayOptions::routing);
   s.Section("voice", &GatewayOptions::voice);
+  s.Section("grammar", &GatewayOptions::grammar);
 }
 
 absl::Status GatewayOptions::Validate() const {

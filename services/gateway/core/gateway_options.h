@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/config/schema.h"
+#include "common/grammar/grammar_cache.h"
 
 namespace moe::gateway {
 
@@ -122,11 +123,17 @@ struct GatewayOptions {
   std::string fallback_chat_template = "chatml";  // when the model ships none
   int32_t default_max_tokens = 0;  // when a request sets none; 0 = up to the context length
   std::string log_level = "info";
+  // How `tools` calls look in the model's output with tool_choice auto (core/tool_calls.h):
+  // auto (from the chat template) | none | mistral | hermes | llama3.
+  std::string tool_call_format = "auto";
   HttpOptions http;
   LimitOptions limits;
   AuthOptions auth;
   RoutingOptions routing;
   VoiceOptions voice;
+  // Constraints (response_format, tools) are compiled here too, to refuse a bad schema with a 400
+  // before routing; the routers compile their own copy.
+  grammar::GrammarCacheOptions grammar;
 
   static void Describe(common::config::Schema<GatewayOptions>& s);
   absl::Status Validate() const;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics/registry.h"
@@ -414,6 +415,177 @@ TEST_F(GatewayTest, SamplingParametersReachTheBackend) {
   EXPECT_EQ(r.cache_salt, "t1");
   EXPECT_FLOAT_EQ(r.sampling.logit_bias.at(4), 2.5f);
   EXPECT_THAT(r.request_id, ::testing::StartsWith("chatcmpl-"));
+}
+
+
+// A backend that "generates" `text` (then EOS) whatever the prompt.
+FakeBackendOptions Scripted(const tokenizer::Tokenizer& tok, const std::string& text) {
+  FakeBackendOptions fb;
+  fb.eos_id = testing::kTestEosId;
+  std::vector<int32_t> ids = tok.Encode(text, /*add_special_tokens=*/false);
+  ids.push_back(testing::kTestEosId);
+  fb.script = [ids](const GenerateRequest&) { return ids; };
+  return fb;
+}
+
+const char kWeatherTools[] =
+    R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{
+       "type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},
+       {"type":"function","function":{"name":"now"}}])";
+
+std::string ToolChat(const std::string& extra) {
+  return absl::StrCat(R"({"model":"tiny","messages":[{"role":"user","content":"Weather?"}],)",
+                      kWeatherTools, extra, "}");
+}
+
+// The tool calls of a stream, reassembled by index as the SDK does, and the finish reason.
+Json StreamedToolCalls(const std::string& body, std::string* finish) {
+  Json calls = Json::array();
+  for (const std::string& e : Events(body)) {
+    if (e == "[DONE]") continue;
+    Json chunk = Json::parse(e);
+    for (const Json& c : chunk["choices"]) {
+      if (!c["finish_reason"].is_null()) *finish = c["finish_reason"];
+      if (!c["delta"].contains("tool_calls")) continue;
+      for (const Json& d : c["delta"]["tool_calls"]) {
+        const size_t i = d["index"].get<size_t>();
+        if (i == calls.size()) {
+          EXPECT_TRUE(d.contains("id")) << e;
+          calls.push_back({{"id", d["id"]},
+                           {"type", d["type"]},
+                           {"function", {{"name", d["function"]["name"]}, {"arguments", ""}}}});
+        }
+        calls[i]["function"]["arguments"] =
+            calls[i]["function"]["arguments"].get<std::string>() +
+            d["function"]["arguments"].get<std::string>();
+      }
+    }
+  }
+  return calls;
+}
+
+TEST_F(GatewayTest, ResponseFormatTravelsAsAConstraintAndABadSchemaIs400) {
+  Init(Scripted(*tokenizer_, R"({"a":1})"));
+  Answer ok = Post("/v1/chat/completions",
+                   R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+                       "response_format":{"type":"json_schema","json_schema":{"name":"n",
+                       "schema":{"type":"object","properties":{"a":{"type":"integer"}},
+                       "required":["a"]}}}})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(Json::parse(ok.body)["choices"][0]["message"]["content"], R"({"a":1})");
+  const GenerateRequest r = backend_->last_request();
+  EXPECT_EQ(r.constraint.kind, generation::ConstraintKind::kJsonSchema);
+  EXPECT_THAT(r.constraint.spec, HasSubstr("\"integer\""));
+
+  const int started = backend_->num_started();
+  Answer bad = Post("/v1/chat/completions",
+                    R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+                        "response_format":{"type":"json_schema","json_schema":{"name":"n",
+                        "schema":{"type":"object","patternProperties":{"^x":{}}}}}})");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  Json e = Json::parse(bad.body)["error"];
+  EXPECT_EQ(e["param"], "response_format");
+  EXPECT_THAT(e["message"].get<std::string>(), HasSubstr("patternProperties"));
+  Answer bad_regex = Post("/v1/chat/completions",
+                          R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+                              "guided_regex":"(a"})");
+  EXPECT_EQ(bad_regex.status, 400) << bad_regex.body;
+  EXPECT_EQ(Json::parse(bad_regex.body)["error"]["param"], "guided_regex");
+  Answer bad_tool = Post("/v1/chat/completions",
+                         R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+                             "tools":[{"type":"function","function":{"name":"f","parameters":{
+                             "type":"object","properties":{"a":{"not":{}}}}}}],
+                             "tool_choice":"required"})");
+  EXPECT_EQ(bad_tool.status, 400) << bad_tool.body;
+  EXPECT_EQ(Json::parse(bad_tool.body)["error"]["param"], "tools");
+  EXPECT_EQ(backend_->num_started(), started);  // none of them reached a router
+  // The second request with a schema compiles nothing.
+  EXPECT_EQ(gateway_->grammar_cache().size(), 4);
+}
+
+TEST_F(GatewayTest, RequiredToolChoiceAnswersWithToolCalls) {
+  const std::string out = R"([{"name":"get_weather","arguments":{"city":"Paris"}}])";
+  Init(Scripted(*tokenizer_, out));
+  Answer a = Post("/v1/chat/completions", ToolChat(R"(,"tool_choice":"required")"));
+  ASSERT_EQ(a.status, 200) << a.body;
+  Json choice = Json::parse(a.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  const Json call = choice["message"]["tool_calls"][0];
+  EXPECT_THAT(call["id"].get<std::string>(), ::testing::StartsWith("call_"));
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city":"Paris"})");
+  // The constraint: an array of calls of the declared tools.
+  const GenerateRequest r = backend_->last_request();
+  EXPECT_EQ(r.constraint.kind, generation::ConstraintKind::kJsonSchema);
+  EXPECT_THAT(r.constraint.spec, HasSubstr("\"minItems\":1"));
+
+  Answer s = Post("/v1/chat/completions",
+                  ToolChat(R"(,"tool_choice":"required","stream":true)"));
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string finish;
+  Json calls = StreamedToolCalls(s.body, &finish);
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Paris"})");
+  // Streamed incrementally: more than one piece of arguments.
+  EXPECT_GT(Events(s.body).size(), 4u);
+}
+
+TEST_F(GatewayTest, NamedToolChoiceConstrainsToTheParameters) {
+  Init(Scripted(*tokenizer_, R"({"city":"Rome"})"));
+  Answer a = Post("/v1/chat/completions",
+                  ToolChat(R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"));
+  ASSERT_EQ(a.status, 200) << a.body;
+  Json choice = Json::parse(a.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Rome"})");
+  const GenerateRequest r = backend_->last_request();
+  EXPECT_EQ(Json::parse(r.constraint.spec)["required"], Json::array({"city"}));
+}
+
+TEST_F(GatewayTest, AutoToolChoiceParsesTheModelsOwnFormat) {
+  GatewayOptions options;
+  options.tool_call_format = "mistral";
+  Init(Scripted(*tokenizer_,
+                R"(Checking. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}}])"),
+       options);
+  EXPECT_EQ(gateway_->tool_call_format(), ToolCallFormat::kMistral);
+  Answer a = Post("/v1/chat/completions", ToolChat(""));
+  ASSERT_EQ(a.status, 200) << a.body;
+  Json choice = Json::parse(a.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Checking. ");
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
+  EXPECT_FALSE(backend_->last_request().constraint.active());  // auto is unconstrained
+
+  Answer s = Post("/v1/chat/completions", ToolChat(R"(,"stream":true)"));
+  std::string finish;
+  Json calls = StreamedToolCalls(s.body, &finish);
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Oslo"})");
+  std::string content;
+  for (const std::string& e : Events(s.body)) {
+    if (e == "[DONE]") continue;
+    const Json chunk = Json::parse(e);
+    for (const Json& c : chunk["choices"]) {
+      if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+        content += c["delta"]["content"].get<std::string>();
+      }
+    }
+  }
+  EXPECT_EQ(content, "Checking. ");
+
+  // tool_choice none: the text is content, whatever it looks like.
+  Answer none = Post("/v1/chat/completions", ToolChat(R"(,"tool_choice":"none")"));
+  Json m = Json::parse(none.body)["choices"][0]["message"];
+  EXPECT_FALSE(m.contains("tool_calls"));
+  EXPECT_THAT(m["content"].get<std::string>(), HasSubstr("[TOOL_CALLS]"));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/generation/constraint.h"
 #include "common/generation/finish_reason.h"
 #include "common/generation/sampling_params.h"
 #include "common/generation/usage.h"
@@ -35,6 +36,8 @@ struct GenerateRequest {
   // (router.proto prefill_only): the stream ends with one update, kLength, completion_tokens 0.
   // sampling is ignored.
   bool prefill_only = false;
+  // Structured output: the router masks every step with it (inactive: unconstrained).
+  generation::Constraint constraint;
 };
 
 struct TopLogprob {

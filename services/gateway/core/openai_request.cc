@@ -1,9 +1,12 @@
 #include "services/gateway/core/openai_request.h"
 
+#include <cctype>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -11,6 +14,7 @@ namespace moe::gateway {
 namespace {
 
 using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
 
 // Fails with the first error; every accessor names its field in the error.
 class Fields {
@@ -117,21 +121,17 @@ bool RejectUnsupported(Fields& f, Endpoint endpoint) {
   if (const Json* v = f.Find("best_of"); v != nullptr && !(v->is_number() && *v == 1)) {
     return f.Fail("best_of", "'best_of' is not supported");
   }
-  for (const char* key : {"tools", "functions"}) {
-    if (const Json* v = f.Find(key); v != nullptr && !(v->is_array() && v->empty())) {
-      return f.Fail(key, absl::StrCat("'", key, "' (tool calling) is not supported yet"));
-    }
+  if (const Json* v = f.Find("functions"); v != nullptr && !(v->is_array() && v->empty())) {
+    return f.Fail("functions", "'functions' is deprecated and not supported; use 'tools'");
   }
-  for (const char* key : {"tool_choice", "function_call"}) {
-    if (const Json* v = f.Find(key); v != nullptr && !(v->is_string() && *v == "none")) {
-      return f.Fail(key, absl::StrCat("'", key, "' (tool calling) is not supported yet"));
-    }
+  if (const Json* v = f.Find("function_call"); v != nullptr && !(v->is_string() && *v == "none")) {
+    return f.Fail("function_call",
+                  "'function_call' is deprecated and not supported; use 'tool_choice'");
   }
-  if (const Json* v = f.Find("response_format"); v != nullptr) {
-    if (!(v->is_object() && v->value("type", "") == "text")) {
-      return f.Fail("response_format",
-                    "'response_format' (structured output) is not supported yet");
-    }
+  if (const Json* v = f.Find("guided_grammar"); v != nullptr) {
+    return f.Fail("guided_grammar",
+                  "'guided_grammar' is not supported; use guided_json, guided_regex or "
+                  "guided_choice");
   }
   if (const Json* v = f.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     return f.Fail("echo", "'echo' is not supported");
@@ -149,6 +149,48 @@ bool RejectUnsupported(Fields& f, Endpoint endpoint) {
     }
   }
   (void)endpoint;
+  return true;
+}
+
+bool ValidToolName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments": "<JSON text>"}}]. Chat templates expect arguments as an object (transformers'
+// convention), so the JSON text becomes one when it parses.
+bool ParseMessageToolCalls(Fields& f, const Json& calls, const std::string& where, Json* msg) {
+  if (!calls.is_array()) return f.Fail(where, absl::StrCat("'", where, "' must be a list"));
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Json& c = calls[i];
+    const std::string w = absl::StrCat(where, "[", i, "]");
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+        !c["function"].contains("name") || !c["function"]["name"].is_string()) {
+      return f.Fail(w, absl::StrCat("'", w,
+                                    "' must be {\"id\": ..., \"type\": \"function\", "
+                                    "\"function\": {\"name\": ..., \"arguments\": ...}}"));
+    }
+    if (c.contains("type") && c["type"] != "function") {
+      return f.Fail(w + ".type", "only 'function' tool calls are supported");
+    }
+    Json call = c;
+    call["type"] = "function";
+    if (!call.contains("id") || !call["id"].is_string()) call["id"] = absl::StrCat("call_", i);
+    Json& fn = call["function"];
+    if (!fn.contains("arguments") || fn["arguments"].is_null()) {
+      fn["arguments"] = Json::object();
+    } else if (fn["arguments"].is_string()) {
+      Json parsed = Json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded()) fn["arguments"] = std::move(parsed);
+    }
+    out.push_back(std::move(call));
+  }
+  (*msg)["tool_calls"] = std::move(out);
   return true;
 }
 
@@ -202,9 +244,18 @@ bool ParseMessages(Fields& f, const Json& v, const RequestLimits& limits, Json* 
       return f.Fail(where + ".content",
                     absl::StrCat("'", where, ".content' must be a string or a list of parts"));
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null() &&
-        !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
-      return f.Fail(where + ".tool_calls", "tool calls are not supported yet");
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (r != "assistant") {
+        return f.Fail(where + ".tool_calls", "only assistant messages carry tool_calls");
+      }
+      if (!ParseMessageToolCalls(f, m["tool_calls"], where + ".tool_calls", &msg)) return false;
+    }
+    if (r == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string()) {
+        return f.Fail(where + ".tool_call_id",
+                      absl::StrCat("'", where, ".tool_call_id' is required for tool messages"));
+      }
     }
     out->push_back(std::move(msg));
   }
@@ -284,6 +335,226 @@ bool ParseLogitBias(Fields& f, const RequestLimits& limits, generation::Sampling
   return true;
 }
 
+// The request body again, keeping key order: a schema's property order is the output's.
+const OrderedJson& Ordered(std::string_view body, std::optional<OrderedJson>* cache) {
+  if (!cache->has_value()) *cache = OrderedJson::parse(body, nullptr, /*allow_exceptions=*/false);
+  return **cache;
+}
+
+bool SetConstraint(Fields& f, const std::string& param, generation::Constraint c,
+                   CompletionRequest* out) {
+  if (out->constraint.active()) {
+    return f.Fail(param, absl::StrCat("'", param, "' and '", out->constraint_param,
+                                      "' both constrain the output; send one of them"));
+  }
+  out->constraint = std::move(c);
+  out->constraint_param = param;
+  return true;
+}
+
+bool ParseStructuredOutputs(Fields& f, std::string_view body, std::optional<OrderedJson>* ordered,
+                            CompletionRequest* out) {
+  using generation::Constraint;
+  using generation::ConstraintKind;
+  if (const Json* rf = f.Find("response_format"); rf != nullptr) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
+      return f.Fail("response_format",
+                    "'response_format' must be an object with a 'type' (text, json_object, "
+                    "json_schema)");
+    }
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      if (!SetConstraint(f, "response_format", {.kind = ConstraintKind::kJsonObject}, out)) {
+        return false;
+      }
+    } else if (type == "json_schema") {
+      const OrderedJson& o = Ordered(body, ordered);
+      auto js = o["response_format"].find("json_schema");
+      if (js == o["response_format"].end() || !js->is_object()) {
+        return f.Fail("response_format.json_schema",
+                      "'response_format.json_schema' must be an object {name, schema, strict}");
+      }
+      auto name = js->find("name");
+      if (name == js->end() || !name->is_string() || !ValidToolName(name->get<std::string>())) {
+        return f.Fail("response_format.json_schema.name",
+                      "'response_format.json_schema.name' must be 1-64 characters of a-z, A-Z, "
+                      "0-9, _ and -");
+      }
+      if (auto strict = js->find("strict"); strict != js->end() && !strict->is_boolean() &&
+                                            !strict->is_null()) {
+        return f.Fail("response_format.json_schema.strict", "'strict' must be a boolean");
+      }
+      std::string schema = "{}";
+      if (auto sc = js->find("schema"); sc != js->end() && !sc->is_null()) {
+        if (!sc->is_object() && !sc->is_boolean()) {
+          return f.Fail("response_format.json_schema.schema",
+                        "'response_format.json_schema.schema' must be a JSON Schema object");
+        }
+        schema = sc->dump();
+      }
+      if (!SetConstraint(f, "response_format",
+                         {.kind = ConstraintKind::kJsonSchema, .spec = std::move(schema)}, out)) {
+        return false;
+      }
+    } else if (type != "text") {
+      return f.Fail("response_format.type",
+                    absl::StrCat("'response_format.type' must be text, json_object or "
+                                 "json_schema; got '",
+                                 type, "'"));
+    }
+  }
+  // vLLM's extras, flat (guided_*) or grouped (structured_outputs).
+  auto extras = [&](const std::string& prefix, const OrderedJson& obj, const char* json_key,
+                    const char* regex_key, const char* choice_key) -> bool {
+    if (auto j = obj.find(json_key); j != obj.end() && !j->is_null()) {
+      const std::string param = prefix + json_key;
+      std::string spec;
+      if (j->is_string()) {
+        spec = j->get<std::string>();
+      } else if (j->is_object() || j->is_boolean()) {
+        spec = j->dump();
+      } else {
+        return f.Fail(param, absl::StrCat("'", param, "' must be a JSON Schema"));
+      }
+      if (!SetConstraint(f, param, {.kind = ConstraintKind::kJsonSchema, .spec = spec}, out)) {
+        return false;
+      }
+    }
+    if (auto r = obj.find(regex_key); r != obj.end() && !r->is_null()) {
+      const std::string param = prefix + regex_key;
+      if (!r->is_string() || r->get<std::string>().empty()) {
+        return f.Fail(param, absl::StrCat("'", param, "' must be a non-empty string"));
+      }
+      if (!SetConstraint(f, param, {.kind = ConstraintKind::kRegex, .spec = r->get<std::string>()},
+                         out)) {
+        return false;
+      }
+    }
+    if (auto c = obj.find(choice_key); c != obj.end() && !c->is_null()) {
+      const std::string param = prefix + choice_key;
+      Constraint choice{.kind = ConstraintKind::kChoice};
+      if (!c->is_array() || c->empty()) {
+        return f.Fail(param, absl::StrCat("'", param, "' must be a non-empty list of strings"));
+      }
+      for (const OrderedJson& x : *c) {
+        if (!x.is_string() || x.get<std::string>().empty()) {
+          return f.Fail(param, absl::StrCat("'", param, "' must be a non-empty list of strings"));
+        }
+        choice.choices.push_back(x.get<std::string>());
+      }
+      if (!SetConstraint(f, param, std::move(choice), out)) return false;
+    }
+    return true;
+  };
+  if (f.Find("guided_json") || f.Find("guided_regex") || f.Find("guided_choice")) {
+    if (!extras("", Ordered(body, ordered), "guided_json", "guided_regex", "guided_choice")) {
+      return false;
+    }
+  }
+  if (const Json* so = f.Find("structured_outputs"); so != nullptr) {
+    if (!so->is_object()) {
+      return f.Fail("structured_outputs", "'structured_outputs' must be an object");
+    }
+    if (so->contains("grammar")) {
+      return f.Fail("structured_outputs.grammar", "grammars are not supported");
+    }
+    if (!extras("structured_outputs.", Ordered(body, ordered)["structured_outputs"], "json",
+                "regex", "choice")) {
+      return false;
+    }
+    if (auto jo = so->find("json_object"); jo != so->end() && jo->is_boolean() && jo->get<bool>()) {
+      if (!SetConstraint(f, "structured_outputs.json_object",
+                         {.kind = ConstraintKind::kJsonObject}, out)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool ParseTools(Fields& f, std::string_view body, std::optional<OrderedJson>* ordered,
+                CompletionRequest* out) {
+  const Json* tools = f.Find("tools");
+  const Json* choice = f.Find("tool_choice");
+  if (tools != nullptr && !(tools->is_array())) {
+    return f.Fail("tools", "'tools' must be a list of function tools");
+  }
+  absl::flat_hash_set<std::string> names;
+  if (tools != nullptr) {
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const Json& t = (*tools)[i];
+      const std::string w = absl::StrCat("tools[", i, "]");
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+          !t["function"].is_object()) {
+        return f.Fail(w, absl::StrCat("'", w,
+                                      "' must be {\"type\": \"function\", \"function\": "
+                                      "{\"name\": ..., \"parameters\": ...}}"));
+      }
+      const Json& fn = t["function"];
+      const std::string name = fn.value("name", "");
+      if (!ValidToolName(name)) {
+        return f.Fail(w + ".function.name",
+                      "function names must be 1-64 characters of a-z, A-Z, 0-9, _ and -");
+      }
+      if (!names.insert(name).second) {
+        return f.Fail(w + ".function.name",
+                      absl::StrCat("the function name '", name, "' appears twice"));
+      }
+      ToolFunction tf{.name = name};
+      if (fn.contains("parameters") && !fn["parameters"].is_null()) {
+        if (!fn["parameters"].is_object()) {
+          return f.Fail(w + ".function.parameters",
+                        "'parameters' must be a JSON Schema object");
+        }
+        tf.parameters_json = Ordered(body, ordered)["tools"][i]["function"]["parameters"].dump();
+      }
+      out->tool_functions.push_back(std::move(tf));
+    }
+    out->tools = *tools;
+  }
+  const bool have_tools = !out->tool_functions.empty();
+  out->tool_choice.mode = have_tools ? ToolChoiceMode::kAuto : ToolChoiceMode::kNone;
+  if (choice != nullptr) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") {
+        out->tool_choice.mode = ToolChoiceMode::kNone;
+      } else if (c == "auto" || c == "required") {
+        if (!have_tools) {
+          return f.Fail("tool_choice", "'tool_choice' needs 'tools'");
+        }
+        out->tool_choice.mode = c == "auto" ? ToolChoiceMode::kAuto : ToolChoiceMode::kRequired;
+      } else {
+        return f.Fail("tool_choice", "'tool_choice' must be none, auto, required or a function");
+      }
+    } else if (choice->is_object() && choice->value("type", "") == "function" &&
+               choice->contains("function") && (*choice)["function"].is_object() &&
+               (*choice)["function"].contains("name") &&
+               (*choice)["function"]["name"].is_string()) {
+      const std::string name = (*choice)["function"]["name"].get<std::string>();
+      if (!names.contains(name)) {
+        return f.Fail("tool_choice",
+                      absl::StrCat("'tool_choice' names the function '", name,
+                                   "', which is not in 'tools'"));
+      }
+      out->tool_choice = {.mode = ToolChoiceMode::kNamed, .name = name};
+    } else {
+      return f.Fail("tool_choice",
+                    "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}");
+    }
+  }
+  f.Bool("parallel_tool_calls", &out->parallel_tool_calls);
+  if (out->constraint.active() && (out->tool_choice.mode == ToolChoiceMode::kRequired ||
+                                   out->tool_choice.mode == ToolChoiceMode::kNamed)) {
+    return f.Fail("tool_choice",
+                  absl::StrCat("a required or named 'tool_choice' constrains the output; it "
+                               "cannot be combined with '",
+                               out->constraint_param, "'"));
+  }
+  return !f.failed();
+}
+
 }  // namespace
 
 bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
@@ -336,6 +607,13 @@ bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const Requ
     if (f.Int("logprobs", 0, 5, &lp)) out->sampling.logprobs = static_cast<int32_t>(lp);
   }
   if (f.failed()) return false;
+  std::optional<OrderedJson> ordered;
+  if (!ParseStructuredOutputs(f, body, &ordered, out)) return false;
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (!ParseTools(f, body, &ordered, out)) return false;
+  } else if (const Json* t = f.Find("tools"); t != nullptr && !(t->is_array() && t->empty())) {
+    return f.Fail("tools", "'tools' are only supported on /v1/chat/completions");
+  }
 
   int64_t max_tokens = 0;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {

@@ -3,10 +3,16 @@
 // skip_special_tokens, include_stop_str_in_output, cache_salt, priority, chat_template_kwargs,
 // add_generation_prompt, continue_final_message).
 //
+// Structured outputs and tools (chat): response_format (text, json_object, json_schema), vLLM's
+// guided_json / guided_regex / guided_choice and structured_outputs (one source at most), tools
+// (function tools), tool_choice (none, auto, required, a named function), parallel_tool_calls,
+// assistant messages with tool_calls and tool messages. Whether a schema compiles is the
+// gateway's check (grammar cache), not this parser's.
+//
 // Every rejection is an ApiError 400 whose `param` names the field: malformed JSON, wrong types,
-// values out of range, and parameters this gateway does not support yet (n > 1, tools,
-// tool_choice, functions, response_format other than text, echo, suffix, best_of > 1), which are
-// never silently ignored. Unknown fields are ignored, as vLLM does. The model name is checked by
+// values out of range, and parameters this gateway does not support yet (n > 1, the deprecated
+// functions / function_call, guided_grammar, echo, suffix, best_of > 1), which are never silently
+// ignored. Unknown fields are ignored, as vLLM does. The model name is checked by
 // the caller (404 model_not_found), token ids against the vocabulary too.
 //
 // Thread-safety: pure functions.
@@ -18,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/generation/constraint.h"
 #include "common/generation/sampling_params.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/api_error.h"
@@ -25,6 +32,20 @@
 namespace moe::gateway {
 
 enum class Endpoint { kChatCompletions, kCompletions };
+
+// OpenAI's tool_choice: "none", "auto", "required", or {"type": "function", "function":
+// {"name": ...}} (kNamed).
+enum class ToolChoiceMode { kNone, kAuto, kRequired, kNamed };
+struct ToolChoice {
+  ToolChoiceMode mode = ToolChoiceMode::kNone;
+  std::string name;  // kNamed: the function
+};
+
+// One function tool, as the constraint needs it.
+struct ToolFunction {
+  std::string name;             // [a-zA-Z0-9_-]{1,64}, unique in the request
+  std::string parameters_json;  // the parameters schema as sent (key order kept); "" if none
+};
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
@@ -57,6 +78,18 @@ struct CompletionRequest {
   std::string user;
   std::string cache_salt;
   int32_t priority = 0;
+
+  // Chat tools: `tools` as sent (validated), for the chat template's `tools` variable;
+  // `tool_functions` the same functions in order; tool_choice defaults to auto with tools, none
+  // without.
+  nlohmann::json tools = nlohmann::json::array();
+  std::vector<ToolFunction> tool_functions;
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
+  // Structured output (response_format json_object / json_schema, guided_*, structured_outputs);
+  // inactive when none. `constraint_param` names the field it came from, for error messages.
+  generation::Constraint constraint;
+  std::string constraint_param;
 };
 
 struct RequestLimits {

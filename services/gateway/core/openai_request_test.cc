@@ -119,16 +119,106 @@ TEST(OpenAiRequestTest, RejectsValuesOutOfRange) {
 
 TEST(OpenAiRequestTest, RejectsUnsupportedParametersByName) {
   EXPECT_EQ(Rejection(Chat(R"(,"n":2)")), "n: 400");
-  EXPECT_EQ(Rejection(Chat(R"(,"tools":[{"type":"function","function":{"name":"f"}}])")),
-            "tools: 400");
-  EXPECT_EQ(Rejection(Chat(R"(,"tool_choice":"auto")")), "tool_choice: 400");
-  EXPECT_EQ(Rejection(Chat(R"(,"response_format":{"type":"json_object"})")),
-            "response_format: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"functions":[{"name":"f"}])")), "functions: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"function_call":"auto")")), "function_call: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"guided_grammar":"root ::= x")")), "guided_grammar: 400");
   EXPECT_EQ(Rejection(Parse(Endpoint::kCompletions, R"({"model":"m","prompt":"x","echo":true})")),
             "echo: 400");
   // Harmless spellings of the defaults are accepted.
   EXPECT_TRUE(
       Chat(R"(,"n":1,"tools":[],"tool_choice":"none","response_format":{"type":"text"})").ok);
+}
+
+TEST(OpenAiRequestTest, ParsesResponseFormatsKeepingSchemaKeyOrder) {
+  using generation::ConstraintKind;
+  Outcome none = Chat(R"(,"response_format":{"type":"text"})");
+  ASSERT_TRUE(none.ok);
+  EXPECT_FALSE(none.request.constraint.active());
+  Outcome obj = Chat(R"(,"response_format":{"type":"json_object"})");
+  ASSERT_TRUE(obj.ok);
+  EXPECT_EQ(obj.request.constraint.kind, ConstraintKind::kJsonObject);
+  EXPECT_EQ(obj.request.constraint_param, "response_format");
+  Outcome schema = Chat(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"s",
+      "strict":true,"schema":{"type":"object","properties":{"z":{"type":"string"},
+      "a":{"type":"integer"}},"required":["z","a"],"additionalProperties":false}}})");
+  ASSERT_TRUE(schema.ok) << schema.error.ToJson();
+  EXPECT_EQ(schema.request.constraint.kind, ConstraintKind::kJsonSchema);
+  // Property order as sent ("z" before "a"): the output is written in it.
+  EXPECT_LT(schema.request.constraint.spec.find("\"z\""),
+            schema.request.constraint.spec.find("\"a\""));
+  Outcome regex = Chat(R"(,"guided_regex":"[a-z]+")");
+  ASSERT_TRUE(regex.ok);
+  EXPECT_EQ(regex.request.constraint.kind, ConstraintKind::kRegex);
+  EXPECT_EQ(regex.request.constraint.spec, "[a-z]+");
+  Outcome choice = Chat(R"(,"structured_outputs":{"choice":["yes","no"]})");
+  ASSERT_TRUE(choice.ok);
+  EXPECT_EQ(choice.request.constraint.kind, ConstraintKind::kChoice);
+  EXPECT_THAT(choice.request.constraint.choices, ::testing::ElementsAre("yes", "no"));
+
+  EXPECT_EQ(Rejection(Chat(R"(,"response_format":{"type":"xml"})")), "response_format.type: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"response_format":{"type":"json_schema"})")),
+            "response_format.json_schema: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"response_format":{"type":"json_schema","json_schema":{
+      "name":"has space","schema":{}}})")),
+            "response_format.json_schema.name: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"guided_choice":[])")), "guided_choice: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"response_format":{"type":"json_object"},"guided_regex":"a")")),
+            "guided_regex: 400");
+}
+
+TEST(OpenAiRequestTest, ParsesToolsToolChoiceAndToolMessages) {
+  const std::string tools =
+      R"(,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{
+      "type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},
+      {"type":"function","function":{"name":"now"}}])";
+  Outcome auto_choice = Chat(tools);
+  ASSERT_TRUE(auto_choice.ok) << auto_choice.error.ToJson();
+  EXPECT_EQ(auto_choice.request.tool_choice.mode, ToolChoiceMode::kAuto);
+  ASSERT_EQ(auto_choice.request.tool_functions.size(), 2u);
+  EXPECT_EQ(auto_choice.request.tool_functions[0].name, "get_weather");
+  EXPECT_NE(auto_choice.request.tool_functions[0].parameters_json.find("city"), std::string::npos);
+  EXPECT_EQ(auto_choice.request.tool_functions[1].parameters_json, "");
+  EXPECT_EQ(auto_choice.request.tools.size(), 2u);
+
+  Outcome required = Chat(tools + R"(,"tool_choice":"required")");
+  ASSERT_TRUE(required.ok);
+  EXPECT_EQ(required.request.tool_choice.mode, ToolChoiceMode::kRequired);
+  Outcome named = Chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"now"}})");
+  ASSERT_TRUE(named.ok);
+  EXPECT_EQ(named.request.tool_choice.mode, ToolChoiceMode::kNamed);
+  EXPECT_EQ(named.request.tool_choice.name, "now");
+  Outcome none = Chat(tools + R"(,"tool_choice":"none")");
+  ASSERT_TRUE(none.ok);
+  EXPECT_EQ(none.request.tool_choice.mode, ToolChoiceMode::kNone);
+
+  EXPECT_EQ(Rejection(Chat(R"(,"tool_choice":"required")")), "tool_choice: 400");
+  EXPECT_EQ(Rejection(Chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"x"}})")),
+            "tool_choice: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"tools":[{"type":"function","function":{"name":"a b"}}])")),
+            "tools[0].function.name: 400");
+  EXPECT_EQ(Rejection(Chat(R"(,"tools":[{"type":"function","function":{"name":"f"}},
+      {"type":"function","function":{"name":"f"}}])")),
+            "tools[1].function.name: 400");
+  EXPECT_EQ(Rejection(Chat(tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})")),
+            "tool_choice: 400");
+  EXPECT_EQ(Rejection(Parse(Endpoint::kCompletions, R"({"model":"m","prompt":"x","tools":[{}]})")),
+            "tools: 400");
+
+  // A multi-turn exchange: the assistant's call (arguments as JSON text) and the tool's answer.
+  Outcome turn = Parse(Endpoint::kChatCompletions, R"({"model":"m","messages":[
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"sunny"}])" + tools + "}");
+  ASSERT_TRUE(turn.ok) << turn.error.ToJson();
+  EXPECT_EQ(turn.request.messages[1]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(turn.request.messages[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(Rejection(Parse(Endpoint::kChatCompletions, R"({"model":"m","messages":[
+      {"role":"tool","content":"x"}]})")),
+            "messages[0].tool_call_id: 400");
+  EXPECT_EQ(Rejection(Parse(Endpoint::kChatCompletions, R"({"model":"m","messages":[
+      {"role":"user","content":"x","tool_calls":[]}]})")),
+            "messages[0].tool_calls: 400");
 }
 
 TEST(OpenAiRequestTest, ParsesCompletionPrompts) {

@@ -119,6 +119,65 @@ std::string RenderChunk(const ResponseMeta& meta, bool role, const std::string& 
   return DumpJson(body);
 }
 
+std::string RenderToolResponse(const ResponseMeta& meta, const std::string& content,
+                               const std::vector<ToolCall>& calls, const std::string& finish_reason,
+                               const Usage& usage, const std::vector<RenderedLogprob>* logprobs) {
+  Json message = {{"role", "assistant"},
+                  {"content", content.empty() && !calls.empty() ? Json(nullptr) : Json(content)},
+                  {"refusal", nullptr}};
+  if (!calls.empty()) {
+    Json list = Json::array();
+    for (const ToolCall& c : calls) {
+      list.push_back({{"id", c.id},
+                      {"type", "function"},
+                      {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    message["tool_calls"] = std::move(list);
+  }
+  Json choice = {{"index", 0}, {"message", std::move(message)}};
+  choice["logprobs"] = LogprobsJson(meta, logprobs);
+  choice["finish_reason"] = finish_reason;
+  Json body = Envelope(meta, /*chunk=*/false);
+  body["choices"] = Json::array({std::move(choice)});
+  body["usage"] = UsageJson(usage);
+  return DumpJson(body);
+}
+
+std::string RenderToolCallChunk(const ResponseMeta& meta, const std::vector<ToolCallDelta>& deltas,
+                                bool usage_null) {
+  Json list = Json::array();
+  for (const ToolCallDelta& d : deltas) {
+    Json entry = {{"index", d.index}};
+    Json function = {{"arguments", d.arguments}};
+    if (!d.id.empty()) {
+      entry["id"] = d.id;
+      entry["type"] = "function";
+      function["name"] = d.name;
+    }
+    entry["function"] = std::move(function);
+    list.push_back(std::move(entry));
+  }
+  Json choice = {{"index", 0},
+                 {"delta", {{"tool_calls", std::move(list)}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+  Json body = Envelope(meta, /*chunk=*/true);
+  body["choices"] = Json::array({std::move(choice)});
+  if (usage_null) body["usage"] = nullptr;
+  return DumpJson(body);
+}
+
+std::string RenderFinishChunk(const ResponseMeta& meta, const std::string& finish_reason,
+                              const std::vector<RenderedLogprob>* logprobs, bool usage_null) {
+  Json choice = {{"index", 0}, {"delta", Json::object()}};
+  choice["logprobs"] = LogprobsJson(meta, logprobs);
+  choice["finish_reason"] = finish_reason;
+  Json body = Envelope(meta, /*chunk=*/true);
+  body["choices"] = Json::array({std::move(choice)});
+  if (usage_null) body["usage"] = nullptr;
+  return DumpJson(body);
+}
+
 std::string RenderUsageChunk(const ResponseMeta& meta, const Usage& usage) {
   Json body = Envelope(meta, /*chunk=*/true);
   body["choices"] = Json::array();

@@ -40,6 +40,22 @@ struct RenderedLogprob {
   int32_t text_offset = 0;                         // completions: offset in the output text
 };
 
+// A function call of the assistant: an entry of message.tool_calls.
+struct ToolCall {
+  std::string id;         // "call_..."
+  std::string name;       // the function
+  std::string arguments;  // JSON text, as generated
+};
+
+// One piece of a streamed tool call (an entry of delta.tool_calls): the first piece of a call
+// carries its id and name, the later ones more of its arguments.
+struct ToolCallDelta {
+  int32_t index = 0;
+  std::string id;    // first piece only
+  std::string name;  // first piece only
+  std::string arguments;
+};
+
 nlohmann::json UsageJson(const generation::Usage& usage);
 
 // The complete (non-stream) response body. `finish_reason` is generation::FinishReasonName's
@@ -54,6 +70,18 @@ std::string RenderResponse(const ResponseMeta& meta, const std::string& text,
 std::string RenderChunk(const ResponseMeta& meta, bool role, const std::string& text,
                         generation::FinishReason finish,
                         const std::vector<RenderedLogprob>* logprobs, bool usage_null);
+// Chat with tools: the response whose message has `tool_calls` (content null when `content` is
+// empty and there are calls) and the given finish_reason string ("tool_calls", "stop", "length").
+std::string RenderToolResponse(const ResponseMeta& meta, const std::string& content,
+                               const std::vector<ToolCall>& calls, const std::string& finish_reason,
+                               const generation::Usage& usage,
+                               const std::vector<RenderedLogprob>* logprobs);
+// A chunk whose delta holds `deltas` as delta.tool_calls.
+std::string RenderToolCallChunk(const ResponseMeta& meta, const std::vector<ToolCallDelta>& deltas,
+                                bool usage_null);
+// The last content chunk: an empty delta with finish_reason given as a string ("tool_calls").
+std::string RenderFinishChunk(const ResponseMeta& meta, const std::string& finish_reason,
+                              const std::vector<RenderedLogprob>* logprobs, bool usage_null);
 // The final usage chunk ("choices": []).
 std::string RenderUsageChunk(const ResponseMeta& meta, const generation::Usage& usage);
 

@@ -35,9 +35,13 @@ PromptBuilder::PromptBuilder(const tokenizer::Tokenizer& tokenizer,
       template_source_(std::move(source)) {}
 
 absl::StatusOr<std::string> PromptBuilder::RenderChat(const CompletionRequest& request) const {
+  nlohmann::json extra = request.chat_template_kwargs;
+  // The template's `tools` variable, as transformers passes it (the request's own list wins over
+  // a chat_template_kwargs entry).
+  if (!request.tools.empty() && extra.is_object()) extra["tools"] = request.tools;
   return chat_template::RenderChat(chat_template_,
                                    {.messages = request.messages,
-                                    .extra_context = request.chat_template_kwargs,
+                                    .extra_context = std::move(extra),
                                     .add_generation_prompt = request.add_generation_prompt,
                                     .continue_final_message = request.continue_final_message},
                                    {tokenizer_.bos_token(), tokenizer_.eos_token()});

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "common/generation/finish_reason.h"
 #include "common/generation/sampling_params.h"
 #include "common/generation/usage.h"
+#include "common/grammar/compiled_grammar.h"
 
 namespace moe::router {
 
@@ -28,6 +30,12 @@ struct GenerateRequest {
   int32_t priority = 0;
   // Prefix-cache namespace: requests with different salts never share KV blocks ("" = shared).
   std::string cache_salt;
+  // Constrained decoding: when set, each step samples only among the tokens the grammar allows
+  // for this sequence (its own GrammarMatcher; never its batch), an EOS id is allowed exactly
+  // when the output is complete, and once nothing but an EOS can follow, the EOS is appended
+  // without another engine step (unless logprobs are asked for). Null: unconstrained. Compiled
+  // for the runner's vocabulary (grammar::GrammarCache).
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // What a consumer reads from a RequestStream: the tokens produced since the last read, and on the

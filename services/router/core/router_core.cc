@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/log.h"
 #include "common/base/status_macros.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/kv/block_manager.h"
 #include "common/model/checkpoint_fingerprint.h"
 
@@ -79,6 +81,17 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
     if (scheduler_options.eos_token_ids.empty() && config.eos_token_id >= 0) {
       scheduler_options.eos_token_ids.push_back(static_cast<int32_t>(config.eos_token_id));
     }
+  }
+  // Constrained decoding needs the token bytes: the checkpoint's tokenizer, read once.
+  if (auto tok = tokenizer::Tokenizer::FromFile(options.model_dir); tok.ok()) {
+    ASSIGN_OR_RETURN(auto vocabulary,
+                     grammar::TokenVocabulary::FromTokenizer(**tok, config.vocab_size,
+                                                             scheduler_options.eos_token_ids));
+    core->grammar_cache_ = std::make_unique<grammar::GrammarCache>(
+        options.grammar, std::move(vocabulary), registry, clock);
+  } else {
+    MOE_LOG_WARN("router: no tokenizer in {} ({}): constrained decoding is off",
+                 options.model_dir, tok.status().ToString());
   }
   core->metrics_ =
       std::make_unique<RouterMetrics>(registry, core->model_name_, options.vllm_metric_aliases);

@@ -14,6 +14,7 @@
 #include "common/config/schema.h"
 #include "common/engine/engine.h"
 #include "common/kv/block_hash.h"
+#include "common/grammar/grammar_cache.h"
 #include "common/metrics/registry.h"
 #include "common/model/checkpoint.h"
 #include "services/router/core/engine_model_runner.h"
@@ -54,6 +55,8 @@ struct RouterCoreOptions {
   // the ':' in them; point the picker at moe_requests_waiting / moe_kv_usage_ratio{tier="l1"}.
   bool vllm_metric_aliases = false;
   SchedulerOptions scheduler;
+  // Constrained decoding: the compiled-constraint cache and its bounds.
+  grammar::GrammarCacheOptions grammar;
 
   static void Describe(common::config::Schema<RouterCoreOptions>& s) {
     s.Add("model_dir", &RouterCoreOptions::model_dir, "HF checkpoint directory").NonEmpty();
@@ -76,6 +79,7 @@ struct RouterCoreOptions {
     s.Add("vllm_metric_aliases", &RouterCoreOptions::vllm_metric_aliases,
           "also export vllm:num_requests_waiting, vllm:kv_cache_usage_perc (GIE)");
     s.Section("scheduler", &RouterCoreOptions::scheduler);
+    s.Section("grammar", &RouterCoreOptions::grammar);
   }
   absl::Status Validate() const;
 };
@@ -105,6 +109,9 @@ class RouterCore {
   // The KV block identity's namespace (cache_salt empty): model id, checkpoint fingerprint,
   // block size, KV dtype, numerics. What GetStats publishes for the gateway.
   const kv::BlockHashRootKey& kv_namespace() const { return kv_namespace_; }
+  // Compiles constraints for this model's tokenizer (model_dir/tokenizer.json); null when the
+  // checkpoint has no tokenizer the router can read (constrained requests are then refused).
+  grammar::GrammarCache* grammar_cache() { return grammar_cache_.get(); }
 
  private:
   RouterCore() = default;
@@ -117,6 +124,7 @@ class RouterCore {
   std::unique_ptr<EngineModelRunner> runner_;
   std::unique_ptr<RouterMetrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<grammar::GrammarCache> grammar_cache_;
 };
 
 }  // namespace moe::router

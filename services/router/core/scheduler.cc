@@ -56,6 +56,7 @@ class Scheduler::Impl {
     int64_t cached_prompt_tokens = 0;
     uint64_t seed = 0;
     std::unique_ptr<engine::SequenceSampler> sampler;  // made at first admission
+    std::unique_ptr<grammar::GrammarMatcher> matcher;  // constrained only; first admission too
     absl::Time arrival;
     absl::Time first_token = absl::InfinitePast();
     absl::Time last_token = absl::InfinitePast();
@@ -112,6 +113,10 @@ class Scheduler::Impl {
   // streams it, finishes the stream and counts it. Returns whether it answered.
   bool AnswerFromResponseCache(Sequence& seq, const CachedResponse& cached);
   void StoreResponse(const Sequence& seq, FinishReason reason);
+  // A constrained sequence whose grammar is complete with nothing but an end token to follow:
+  // appends the end token and finishes (kStop), or leaves it to the next step when the request
+  // wants logprobs.
+  void FinishCompleteGrammar(Sequence& seq);
   void RemoveFinished();
   void PublishStats(int64_t step_tokens, int64_t step_seqs) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -255,6 +260,11 @@ absl::Status Scheduler::Impl::ValidateRequest(const GenerateRequest& request) co
     }
   }
   RETURN_IF_ERROR(request.sampling.Validate(vocab_size_));
+  if (request.grammar != nullptr && request.grammar->vocabulary().size() != vocab_size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the constraint was compiled for a vocabulary of ", request.grammar->vocabulary().size(),
+        " tokens; the model has ", vocab_size_));
+  }
   const int64_t min_len =
       static_cast<int64_t>(prompt.size()) + (request.sampling.max_tokens > 0 ? 1 : 0);
   if (min_len > max_context_) {
@@ -514,6 +524,9 @@ void Scheduler::Impl::ApplyPlan(absl::Time start) {
     seq.sampler = std::make_unique<engine::SequenceSampler>(
         seq.request.sampling, absl::MakeConstSpan(seq.tokens.data(), seq.num_prompt), vocab_size_,
         seq.seed);
+    if (seq.request.grammar != nullptr) {
+      seq.matcher = std::make_unique<grammar::GrammarMatcher>(seq.request.grammar);
+    }
     metrics_.queue_seconds.Observe(absl::ToDoubleSeconds(start - seq.arrival));
     metrics_.prompt_tokens_total.Increment(static_cast<double>(seq.num_prompt));
     metrics_.cached_prompt_tokens_total.Increment(static_cast<double>(a.num_cached_tokens));
@@ -580,8 +593,23 @@ void Scheduler::Impl::ProcessLogits(Sequence& seq, const float* logits, absl::Ti
     Finish(seq, FinishReason::kLength, absl::OkStatus());
     return;
   }
-  const engine::SampledToken sampled =
-      seq.sampler->Sample(absl::MakeConstSpan(logits, vocab_size_));
+  engine::SampledToken sampled;
+  if (seq.matcher != nullptr) {
+    // The sequence's own grammar state decides the mask: batch invariance holds.
+    const grammar::TokenBitmask& allowed = seq.matcher->NextMask();
+    if (allowed.num_allowed == 0) {
+      Finish(seq, FinishReason::kError,
+             absl::InternalError("the constraint allows no token at this point"));
+      return;
+    }
+    sampled = seq.sampler->Sample(absl::MakeConstSpan(logits, vocab_size_), allowed.words);
+    // The sampled token is in the mask, so the matcher takes it.
+    const absl::Status advanced = seq.matcher->Advance(sampled.token_id);
+    MOE_DCHECK(advanced.ok());
+    (void)advanced;
+  } else {
+    sampled = seq.sampler->Sample(absl::MakeConstSpan(logits, vocab_size_));
+  }
   const int32_t token = sampled.token_id;
   seq.tokens.push_back(token);
   ++seq.num_generated;
@@ -598,11 +626,15 @@ void Scheduler::Impl::ProcessLogits(Sequence& seq, const float* logits, absl::Ti
   auto contains = [token](const std::vector<int32_t>& ids) {
     return std::find(ids.begin(), ids.end(), token) != ids.end();
   };
-  if (contains(params.stop_token_ids) || (!params.ignore_eos && contains(options_.eos_token_ids))) {
+  const bool grammar_ended = seq.matcher != nullptr && seq.matcher->ended();
+  if (grammar_ended || contains(params.stop_token_ids) ||
+      (!params.ignore_eos && contains(options_.eos_token_ids))) {
     Finish(seq, FinishReason::kStop, absl::OkStatus());
   } else if (seq.num_generated >= params.max_tokens ||
              static_cast<int64_t>(seq.tokens.size()) >= max_context_) {
     Finish(seq, FinishReason::kLength, absl::OkStatus());
+  } else if (seq.matcher != nullptr && seq.matcher->terminated()) {
+    FinishCompleteGrammar(seq);
   }
 }
 
@@ -754,6 +786,24 @@ void Scheduler::Impl::StoreResponse(const Sequence& seq, FinishReason reason) {
   r.prompt_tokens = seq.num_prompt;
   r.completion_tokens = seq.num_generated;
   kv_tier_.StoreResponse(*seq.response_key, r);
+void Scheduler::Impl::FinishCompleteGrammar(Sequence& seq) {
+  const std::vector<int32_t>& ends = seq.matcher->grammar().vocabulary().eos_ids();
+  if (ends.empty()) {
+    // No end token to write: the output is complete, but this model cannot say so.
+    Finish(seq, FinishReason::kLength, absl::OkStatus());
+    return;
+  }
+  if (seq.request.sampling.returns_logprobs()) return;  // the next step samples it, logprob too
+  // Only an end token can follow: append it without an engine step (its KV is never needed).
+  const int32_t end = ends.front();
+  const absl::Status advanced = seq.matcher->Advance(end);
+  MOE_DCHECK(advanced.ok());
+  (void)advanced;
+  seq.tokens.push_back(end);
+  ++seq.num_generated;
+  seq.stream->PushToken(end, nullptr);
+  metrics_.generation_tokens_total.Increment();
+  Finish(seq, FinishReason::kStop, absl::OkStatus());
 }
 
 void Scheduler::Impl::PublishStats(int64_t step_tokens, int64_t step_seqs) {

@@ -1,0 +1,75 @@
+#include "common/grammar/grammar_cache.h"
+
+#include <string>
+
+#include "common/base/clock.h"
+#include "common/grammar/testing/grammar_test_util.h"
+#include "common/grammar/testing/test_vocabulary.h"
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::grammar {
+namespace {
+
+using ::moe::common::testing::StatusIs;
+using ::testing::HasSubstr;
+using testing::ByteVocabulary;
+using testing::Regex;
+using testing::Schema;
+
+class GrammarCacheTest : public ::testing::Test {
+ protected:
+  double Metric(const std::string& name) { return *registry_.Value(name); }
+  common::metrics::Registry registry_;
+  common::testing::FakeClock clock_;
+};
+
+TEST_F(GrammarCacheTest, TheSecondRequestWithASchemaCompilesNothing) {
+  GrammarCache cache({}, ByteVocabulary(), registry_, clock_);
+  const auto schema = Schema(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                                 "required": ["a"]})");
+  ASSERT_OK_AND_ASSIGN(auto first, cache.Get(schema));
+  EXPECT_EQ(Metric("moe_grammar_compilations_total"), 1);
+  EXPECT_EQ(Metric("moe_grammar_cache_hits_total"), 0);
+  // The first step's mask was computed with the grammar.
+  EXPECT_EQ(Metric("moe_grammar_masks_computed_total"), 1);
+  ASSERT_OK_AND_ASSIGN(auto second, cache.Get(schema));
+  EXPECT_EQ(second.get(), first.get());
+  EXPECT_EQ(Metric("moe_grammar_compilations_total"), 1);
+  EXPECT_EQ(Metric("moe_grammar_cache_hits_total"), 1);
+  GrammarMatcher m(second);
+  m.NextMask();
+  EXPECT_EQ(Metric("moe_grammar_masks_computed_total"), 1);
+  EXPECT_EQ(Metric("moe_grammar_mask_cache_hits_total"), 1);
+}
+
+TEST_F(GrammarCacheTest, BadConstraintsAreCachedErrors) {
+  GrammarCache cache({}, ByteVocabulary(), registry_, clock_);
+  const auto bad = Schema(R"({"type": "object", "patternProperties": {}})");
+  EXPECT_THAT(cache.Get(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("keyword 'patternProperties'")));
+  EXPECT_THAT(cache.Get(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Metric("moe_grammar_compilations_total"), 1);
+}
+
+TEST_F(GrammarCacheTest, KeepsAtMostMaxGrammarsAndRefusesHugeSpecs) {
+  GrammarCache cache({.max_grammars = 2, .max_spec_bytes = 64}, ByteVocabulary(), registry_,
+                     clock_);
+  ASSERT_OK_AND_ASSIGN(auto a, cache.Get(Regex("a")));
+  ASSERT_OK_AND_ASSIGN(auto b, cache.Get(Regex("b")));
+  ASSERT_OK_AND_ASSIGN(auto a2, cache.Get(Regex("a")));  // a is now the most recent
+  ASSERT_OK_AND_ASSIGN(auto c, cache.Get(Regex("c")));   // evicts b
+  EXPECT_EQ(cache.size(), 2);
+  EXPECT_EQ(a2.get(), a.get());
+  ASSERT_OK_AND_ASSIGN(auto b2, cache.Get(Regex("b")));
+  EXPECT_NE(b2.get(), b.get());
+  EXPECT_TRUE(b->Matches("b"));  // an evicted grammar still works for its holders
+  EXPECT_EQ(Metric("moe_grammar_compilations_total"), 4);
+  EXPECT_THAT(cache.Get(Regex(std::string(65, 'x'))),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("larger than 64 bytes")));
+}
+
+}  // namespace
+}  // namespace moe::grammar
