@@ -17,10 +17,16 @@ namespace {
 
 int RunBench(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   auto args = Args::Parse(argv, {"quick"});
-  absl::Status known = args.ok() ? args->CheckKnown({"preset", "model", "threads", "out", "arch",
-                                                     "dtype", "cache-dir", "quick"})
-                                 : args.status();
   auto& suites = bench::Suites();
+  std::vector<std::string> known_flags = {"preset",    "model", "threads",  "out",      "arch",
+                                          "dtype",     "cache-dir", "quick", "artifacts"};
+  // A suite's own flags (`moe bench serve --url ...`) are known when that suite is named.
+  const bench::Suite* named = nullptr;
+  if (args.ok() && args->positional().size() == 1) {
+    if (auto it = suites.find(args->positional()[0]); it != suites.end()) named = &it->second;
+  }
+  if (named != nullptr) known_flags.insert(known_flags.end(), named->flags.begin(), named->flags.end());
+  absl::Status known = args.ok() ? args->CheckKnown(known_flags) : args.status();
   if (!known.ok() || args->positional().size() != 1) {
     std::fprintf(stderr,
                  "moe bench: %s\nusage: moe bench SUITE [--preset P | --model DIR] "
@@ -41,6 +47,12 @@ int RunBench(const Args& /*parsed*/, const std::vector<std::string>& argv) {
     o.cache_dir = env;
   }
   o.quick = args->Has("quick");
+  o.artifacts_dir = args->GetOr("artifacts", "");
+  if (named != nullptr) {
+    for (const std::string& f : named->flags) {
+      if (auto v = args->Get(f)) o.flags[f] = *v;
+    }
+  }
   auto threads = args->GetInt("threads", 2);
   if (!threads.ok() || *threads < 1) {
     std::fprintf(stderr, "moe bench: --threads must be a positive integer\n");
