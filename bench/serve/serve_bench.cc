@@ -195,7 +195,7 @@ using Keep = std::vector<std::string>;
 
 Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
                  const std::vector<ServeRequest>& requests, const LoadOptions& load,
-                 nlohmann::json params, const Keep& keep = {}) {
+                 nlohmann::json params, const Keep& keep = {}, const std::string& tag = "") {
   Measured m;
   m.outcomes = RunWorkload(server.port, server.model, requests, load);
   m.summary = Summarize(m.outcomes, ctx.slo);
@@ -210,7 +210,7 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
   }
   if (!ctx.options.artifacts_dir.empty()) {
     const std::string base =
-        (fs::path(ctx.options.artifacts_dir) / absl::StrCat("serve-", scenario, "-", server.system))
+        (fs::path(ctx.options.artifacts_dir) / absl::StrCat("serve-", tag.empty() ? scenario : tag, "-", server.system))
             .string();
     WriteFile(base + ".requests.dat", OutcomeTable(m.outcomes));
     std::string itl;
@@ -375,7 +375,7 @@ absl::Status RateSweep(Ctx& ctx, Systems& sys) {
       for (int i = 0; i < n; ++i) reqs[i].arrival_s = at[i];
       Measured m = Measure(ctx, *s, "sweep", reqs, {.max_concurrency = 0, .timeout_s = 600},
                            {{"rate", rate}, {"arrivals", "poisson"}, {"output_tokens", "32-64"}},
-                           keep);
+                           keep, absl::StrCat("sweep-r", rate));
       const ServeSummary& x = m.summary;
       absl::StrAppend(&table, rate, " ", x.request_throughput, " ", x.output_tok_s, " ",
                       x.ttft_ms.p50, " ", x.ttft_ms.p90, " ", x.ttft_ms.p99, " ", x.itl_ms.p50,

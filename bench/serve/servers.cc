@@ -72,7 +72,7 @@ absl::StatusOr<RunningServer> StartCluster(const ClusterOptions& o) {
           "core.scheduler.max_waiting=8192"}}}},
       {"expert_worker",
        {{"replicas", o.expert_workers},
-        {"args", {"--set", absl::StrCat("core.num_threads=", o.worker_threads)}}}}};
+        {"args", {"--set", absl::StrCat("core.threads_per_call=", o.worker_threads)}}}}};
   const std::string path =
       (fs::path(o.work_dir) / absl::StrCat("moe-up-", o.expert_workers, ".yaml")).string();
   {
