@@ -17,7 +17,8 @@ struct Series {
   std::string file;   // inside the run directory
   std::string using_; // gnuplot `using` clause
   std::string title;
-  std::string extra;  // e.g. "smooth cnormal", "axes x1y2"
+  std::string extra;  // e.g. "with lines", "axes x1y2"
+  bool cdf = false;   // the file holds sorted samples: drawn as their CDF (using_ ignored)
 };
 
 struct Plot {
@@ -36,8 +37,7 @@ std::vector<Plot> Table() {
                     "set xlabel 'TTFT (ms)'\nset ylabel 'fraction of requests'\nset key bottom right\n"
                     "set grid\n"};
     for (const std::string& s : kSystems) {
-      p.series.push_back({"serve-c16-" + s + ".requests.dat", "($6==1?$2:NaN):(1)", s,
-                          "smooth cnormal lw 2"});
+      p.series.push_back({"serve-c16-" + s + ".ttft.dat", "", s, "with lines lw 2", true});
     }
     plots.push_back(p);
   }
@@ -47,8 +47,7 @@ std::vector<Plot> Table() {
                     "set xlabel 'ITL (ms, log)'\nset logscale x\nset ylabel 'fraction of gaps'\n"
                     "set key bottom right\nset grid\n"};
     for (const std::string& s : kSystems) {
-      p.series.push_back({"serve-c16-" + s + ".itl.dat", "($1>0?$1:NaN):(1)", s,
-                          "smooth cnormal lw 2"});
+      p.series.push_back({"serve-c16-" + s + ".itl.dat", "", s, "with lines lw 2", true});
     }
     plots.push_back(p);
   }
@@ -94,14 +93,22 @@ PlotSet MakePlots(const std::string& dir) {
   std::vector<std::string> planned;
   for (const Plot& p : Table()) {
     std::vector<std::string> parts;
+    std::string stats;
     for (const Series& s : p.series) {
       const fs::path f = fs::path(dir) / s.file;
       if (!fs::exists(f) || fs::file_size(f) == 0) continue;
-      parts.push_back(absl::StrCat("'", f.string(), "' using ", s.using_, " title '", s.title,
+      std::string using_ = s.using_;
+      if (s.cdf) {  // sorted samples: y = rank / count
+        const std::string var = absl::StrCat("S", parts.size());
+        absl::StrAppend(&stats, "stats '", f.string(), "' using 1 nooutput name '", var, "'\n");
+        using_ = absl::StrCat("1:(($0+1)/", var, "_records)");
+      }
+      parts.push_back(absl::StrCat("'", f.string(), "' using ", using_, " title '", s.title,
                                    "' ", s.extra));
     }
     if (parts.empty()) continue;
-    absl::StrAppend(&script, "reset\nset terminal pngcairo size 1000,600 noenhanced\nset output '",
+    absl::StrAppend(&script, "reset\n", stats,
+                    "set terminal pngcairo size 1000,600 noenhanced\nset output '",
                     (fs::path(dir) / p.png).string(), "'\n", p.setup, "plot ",
                     absl::StrJoin(parts, ", \\\n  "), "\nunset output\n");
     planned.push_back(p.png);

@@ -214,13 +214,22 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
         (fs::path(ctx.options.artifacts_dir) / absl::StrCat("serve-", tag.empty() ? scenario : tag, "-", server.system))
             .string();
     WriteFile(base + ".requests.dat", OutcomeTable(m.outcomes));
-    std::string itl;
+    // Sorted samples, one per line: the plots draw them as CDFs.
+    std::vector<double> ttft, itl;
     for (const RequestOutcome& o : m.outcomes) {
+      if (o.ok && !o.chunk_s.empty()) ttft.push_back(o.chunk_s.front() * 1e3);
       for (size_t i = 1; i < o.chunk_s.size(); ++i) {
-        absl::StrAppend(&itl, (o.chunk_s[i] - o.chunk_s[i - 1]) * 1e3, "\n");
+        itl.push_back((o.chunk_s[i] - o.chunk_s[i - 1]) * 1e3);
       }
     }
-    WriteFile(base + ".itl.dat", itl);
+    auto lines = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      std::string out;
+      for (double x : v) absl::StrAppend(&out, x, "\n");
+      return out;
+    };
+    WriteFile(base + ".ttft.dat", lines(std::move(ttft)));
+    WriteFile(base + ".itl.dat", lines(std::move(itl)));
   }
   Progress(absl::StrCat(scenario, " on ", server.system, ": ", m.summary.completed, " ok, ",
                         m.summary.failed, " failed, ", absl::SixDigits(m.summary.output_tok_s),

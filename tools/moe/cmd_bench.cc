@@ -30,7 +30,8 @@ std::string SelfExe() {
   return ec ? "moe" : exe.string();
 }
 
-// `moe bench all [--quick] [--results-dir DIR] [--budget-scale X] [suite flags]`: every suite in
+// `moe bench all [--quick] [--suites a,b] [--results-dir DIR] [--budget-scale X] [suite flags]`:
+// every suite (or those named) in
 // its own child process (bench/common/run_all.h); results.json and plots in
 // bench/results/<UTC time>/ of the source tree unless --results-dir.
 int RunAll(const Args& args, const bench::SuiteOptions& o,
@@ -81,7 +82,7 @@ int RunBench(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   if (named != nullptr) known_flags.insert(known_flags.end(), named->flags.begin(), named->flags.end());
   const bool all = args.ok() && args->positional().size() == 1 && args->positional()[0] == "all";
   if (all) {
-    known_flags.insert(known_flags.end(), {"results-dir", "budget-scale"});
+    known_flags.insert(known_flags.end(), {"results-dir", "budget-scale", "suites"});
     for (const auto& [name, s] : suites) known_flags.insert(known_flags.end(), s.flags.begin(), s.flags.end());
   }
   absl::Status known = args.ok() ? args->CheckKnown(known_flags) : args.status();
@@ -122,7 +123,17 @@ int RunBench(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   const std::string& which = args->positional()[0];
   std::vector<const bench::Suite*> run;
   if (which == "all") {
-    for (const auto& [name, s] : suites) run.push_back(&s);
+    // --suites a,b: only those (in registry order).
+    const std::string only = args->GetOr("suites", "");
+    for (const auto& [name, s] : suites) {
+      if (only.empty() || ("," + only + ",").find("," + name + ",") != std::string::npos) {
+        run.push_back(&s);
+      }
+    }
+    if (run.empty()) {
+      std::fprintf(stderr, "moe bench all: --suites names no suite of this build\n");
+      return 2;
+    }
     return RunAll(*args, o, run);
   } else if (auto it = suites.find(which); it != suites.end()) {
     run.push_back(&it->second);
