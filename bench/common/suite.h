@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "bench/common/bench_report.h"
@@ -24,6 +25,11 @@ struct SuiteOptions {
   // bench` fills it from --cache-dir, else $MOE_BENCH_CACHE. Suites read it via CacheDir().
   std::string cache_dir;
   bool quick = false;  // fewer iterations (smoke tests)
+  // Where a suite may write files beside its JSON (per-request samples for plots); "" = none.
+  // `moe bench all` sets it to its run directory; `moe bench SUITE --artifacts DIR` by hand.
+  std::string artifacts_dir;
+  // The suite's own flags (`--name value`), for the names in its Suite::flags.
+  std::map<std::string, std::string> flags;
 };
 
 inline constexpr char kDefaultCacheDir[] = "/tmp/moe-bench-cache";
@@ -37,6 +43,10 @@ struct Suite {
   std::string name;
   std::string summary;
   SuiteFn run;
+  std::vector<std::string> flags = {};  // the suite's own flags, beyond SuiteOptions'
+  // `moe bench all` stops a suite that runs longer than this and records it as skipped.
+  int budget_s = 600;
+  int quick_budget_s = 180;
 };
 
 std::map<std::string, Suite>& Suites();
@@ -46,3 +56,7 @@ bool RegisterSuite(Suite suite);
 
 #define MOE_REGISTER_BENCH_SUITE(name, summary, fn) \
   static const bool moe_bench_registered_##fn = ::moe::bench::RegisterSuite({name, summary, fn})
+// The same with the suite's own flags and `moe bench all` budgets (seconds, full and --quick).
+#define MOE_REGISTER_BENCH_SUITE_EX(name, summary, fn, flags, budget_s, quick_budget_s) \
+  static const bool moe_bench_registered_##fn =                                       \
+      ::moe::bench::RegisterSuite({name, summary, fn, flags, budget_s, quick_budget_s})

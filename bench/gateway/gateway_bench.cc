@@ -2,9 +2,10 @@
 //   - 1000 concurrent streaming requests held open through a gateway backed by a real router
 //     (and through one backed by the paced fake, which keeps every stream open for about a
 //     second): errors, peak concurrently open streams, peak RSS of the gateway process.
-//   - gateway-added latency per streamed token: the same greedy request, alternately straight to
-//     the router over gRPC and through the gateway over HTTP/SSE; for each token index, arrival
-//     through the gateway minus arrival direct (p50/p99; figure gateway_token_overhead_ms_p99).
+//   - gateway-added latency per streamed token: pairs of greedy requests with distinct fresh
+//     prompts (no prefix-cache hit), one straight to the router over gRPC and one through the
+//     gateway over HTTP/SSE, in alternating order; per pair and token index, arrival through
+//     the gateway minus arrival direct (p50/p99; figure gateway_token_overhead_ms_p99).
 //   - max sustained requests/s: closed loop of keep-alive clients on a gateway with the fake
 //     backend (no model cost), non-stream completions of 8 tokens.
 // Processes are the binaries beside `moe` (router, gateway, and moe_bench_fake_gateway: the
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,7 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/common/suite.h"
-#include "bench/gateway/sse_load.h"
+#include "bench/common/sse_load.h"
 #include "common/base/status_macros.h"
 #include "common/http/http_client.h"
 #include "common/model/make_model.h"
@@ -182,14 +184,32 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
   auto stub = moe::router::v1::Router::NewStub(channel);
   std::vector<double> overhead_ms;
   const int overhead_tokens = 32;
-  for (int p = 0; p < pairs + 1; ++p) {
+  // Each pair: two distinct fresh prompts (neither hits the prefix cache), one direct and one
+  // through the gateway, the order alternating from pair to pair so that neither path always
+  // runs second; the samples are paired by pair and token index.
+  std::mt19937 rng(18);
+  auto fresh_prompt = [&] {
     std::vector<int32_t> prompt;
-    for (int i = 0; i < 24; ++i) prompt.push_back(3 + (p * 31 + i * 7) % 200);
-    std::vector<double> direct = DirectTokens(*stub, prompt, overhead_tokens);
-    LoadResult via = RunStreams(gw_port, "/v1/completions",
-                                {CompletionBody(model, prompt, overhead_tokens, true)}, 60);
+    for (int i = 0; i < 24; ++i) prompt.push_back(3 + static_cast<int32_t>(rng() % 200));
+    return prompt;
+  };
+  for (int p = 0; p < pairs + 1; ++p) {
+    const std::vector<int32_t> first = fresh_prompt(), second = fresh_prompt();
+    auto via_gateway = [&](const std::vector<int32_t>& prompt) {
+      return RunStreams(gw_port, "/v1/completions",
+                        {CompletionBody(model, prompt, overhead_tokens, true)}, 60)
+          .streams[0]
+          .token_s;
+    };
+    std::vector<double> direct, g;
+    if (p % 2 == 0) {
+      direct = DirectTokens(*stub, first, overhead_tokens);
+      g = via_gateway(second);
+    } else {
+      g = via_gateway(first);
+      direct = DirectTokens(*stub, second, overhead_tokens);
+    }
     if (p == 0) continue;  // warm-up
-    const std::vector<double>& g = via.streams[0].token_s;
     for (size_t i = 0; i < std::min(direct.size(), g.size()); ++i) {
       overhead_ms.push_back((g[i] - direct[i]) * 1e3);
     }

@@ -6,3 +6,5 @@ list(APPEND MOE_CLI_DEPS moe_bench_common moe_bench_suites)
 # and gateway, which `moe up` depends on already). The moe target is defined after this file is
 # included: defer.
 cmake_language(DEFER CALL add_dependencies moe moe_bench_fake_gateway)
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cmd_bench.cc PROPERTIES
+  COMPILE_DEFINITIONS "MOE_SOURCE_DIR=\"${CMAKE_SOURCE_DIR}\"")

@@ -8,7 +8,8 @@
 //
 // Options and the topology file: up_options.h (`moe up --help` lists every key). Progress goes
 // to stderr, with the services' own output; stdout gets the URL and the curl example, then one
-// JSON line {"event":"ready","url":...,"model":...} for scripts.
+// JSON line {"event":"ready","url":...,"model":...,"services":[{"name":"router-0",
+// "service":"router","grpc":P,"metrics":M}, ...]} for scripts.
 #include <signal.h>
 #include <unistd.h>
 
@@ -160,8 +161,22 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
       "Press Ctrl-C to stop.\n",
       absl::ToDoubleSeconds(absl::Now() - start), url.c_str(), model.c_str(), url.c_str(),
       url.c_str(), model.c_str());
-  std::printf("%s\n",
-              nlohmann::json{{"event", "ready"}, {"url", url}, {"model", model}}.dump().c_str());
+  // Every process with its ports, so that benchmarks and scripts can scrape a router's metrics.
+  nlohmann::json services = nlohmann::json::array();
+  for (size_t m = 0; m < c.started.size(); ++m) {
+    nlohmann::json s = {{"name", group.members()[m]->name}, {"service", c.started[m].service}};
+    const common::ListeningPorts& p = c.started[m].ports;
+    if (p.grpc) s["grpc"] = *p.grpc;
+    if (p.http) s["http"] = *p.http;
+    if (p.metrics) s["metrics"] = *p.metrics;
+    services.push_back(std::move(s));
+  }
+  std::printf("%s\n", nlohmann::json{{"event", "ready"},
+                                     {"url", url},
+                                     {"model", model},
+                                     {"services", std::move(services)}}
+                          .dump()
+                          .c_str());
   std::fflush(stdout);
 
   const Supervisor::Event event = group.WaitForSignalOrExit({SIGINT, SIGTERM});

@@ -786,6 +786,8 @@ void Scheduler::Impl::StoreResponse(const Sequence& seq, FinishReason reason) {
   r.prompt_tokens = seq.num_prompt;
   r.completion_tokens = seq.num_generated;
   kv_tier_.StoreResponse(*seq.response_key, r);
+}
+
 void Scheduler::Impl::FinishCompleteGrammar(Sequence& seq) {
   const std::vector<int32_t>& ends = seq.matcher->grammar().vocabulary().eos_ids();
   if (ends.empty()) {
