@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/file.h"
@@ -165,6 +166,9 @@ absl::StatusOr<FileInfo> ReadGgufHeader(const std::string& path) {
   }
   uint64_t align = kAlignment;
   if (auto it = info.metadata.find("general.alignment"); it != info.metadata.end()) {
+    if (!std::holds_alternative<uint64_t>(it->second.scalar)) {  // an int, string, array...
+      return absl::InvalidArgumentError(path + ": general.alignment is not an unsigned integer");
+    }
     align = it->second.u();
     if (align == 0 || align > (1u << 20)) {
       return absl::InvalidArgumentError(
