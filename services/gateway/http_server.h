@@ -19,7 +19,7 @@
 
 namespace moe::gateway {
 
-class GatewayMetrics;
+struct GatewayMetrics;
 
 class HttpServer {
  public:
