@@ -7,12 +7,35 @@ set(MOE_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initiali
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12)
   list(APPEND MOE_WARNINGS $<$<CONFIG:Release>:-Wno-error=restrict>)
 endif()
+# clang checks the ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations (GCC ignores them).
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(APPEND MOE_WARNINGS -Wthread-safety)
+endif()
 if(MOE_WERROR)
   list(APPEND MOE_WARNINGS -Werror)
 endif()
+if(MOE_SANITIZE AND MOE_TSAN)
+  message(FATAL_ERROR "MOE_SANITIZE (ASan) and MOE_TSAN cannot share a build: use two build dirs")
+endif()
+if(MOE_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "MOE_FUZZ needs clang (libFuzzer): CC=clang CXX=clang++ cmake ... -DMOE_FUZZ=ON")
+endif()
 set(MOE_SANITIZE_FLAGS)
-if(MOE_SANITIZE)
+if(MOE_SANITIZE OR MOE_FUZZ)
   set(MOE_SANITIZE_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  # GCC 12 under ASan reports -Wmaybe-uninitialized inside Boost.Beast's parser (third-party
+  # headers, a false positive): a warning there, not an error. clang has no such report.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    list(APPEND MOE_WARNINGS -Wno-error=maybe-uninitialized)
+  endif()
+elseif(MOE_TSAN)
+  set(MOE_SANITIZE_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
+endif()
+if(MOE_FUZZ)
+  # Coverage feedback from every library the fuzzers link (the libFuzzer main only on fuzzers).
+  list(APPEND MOE_SANITIZE_FLAGS -fsanitize=fuzzer-no-link)
+endif()
+if(MOE_SANITIZE_FLAGS)
   add_compile_options(${MOE_SANITIZE_FLAGS})
   add_link_options(${MOE_SANITIZE_FLAGS})
 endif()
@@ -58,6 +81,38 @@ function(moe_add_test name)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock moe_test_main)
   add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
+  set(env MOE_BUILD_DIR=${CMAKE_BINARY_DIR} MOE_SOURCE_DIR=${CMAKE_SOURCE_DIR} ${MOE_SANITIZER_TEST_ENV})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
-    ENVIRONMENT "MOE_BUILD_DIR=${CMAKE_BINARY_DIR};MOE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+    ENVIRONMENT "${env}")
+endfunction()
+
+# Sanitizer runtime options for every test (and the processes it starts, which inherit them).
+set(MOE_SANITIZER_TEST_ENV)
+if(MOE_SANITIZE OR MOE_FUZZ)
+  set(MOE_SANITIZER_TEST_ENV ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+                             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+elseif(MOE_TSAN)
+  set(MOE_SANITIZER_TEST_ENV
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${CMAKE_SOURCE_DIR}/tools/sanitizers/tsan.supp)
+endif()
+
+# moe_add_fuzzer(NAME SRCS ... DEPS ... [SEEDS dir]): a libFuzzer binary in <build>/fuzz and a
+# ctest smoke pass (label fuzz): the committed seed corpus plus MOE_FUZZ_SMOKE_RUNS mutations.
+# scripts/fuzz runs the long pass. Only with -DMOE_FUZZ=ON.
+set(MOE_FUZZ_SMOKE_RUNS 20000 CACHE STRING "libFuzzer -runs for each fuzzer's ctest smoke pass")
+function(moe_add_fuzzer name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  moe_target_defaults(${name})
+  target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  set(corpus ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${name})
+  # A scratch copy of the seeds: libFuzzer writes what it finds into the first corpus dir.
+  add_test(NAME ${name}_smoke COMMAND ${CMAKE_COMMAND}
+    -DFUZZER=$<TARGET_FILE:${name}> -DSEEDS=${corpus} -DWORK=${CMAKE_BINARY_DIR}/fuzz/work/${name}
+    -DRUNS=${MOE_FUZZ_SMOKE_RUNS} -P ${CMAKE_SOURCE_DIR}/fuzz/smoke.cmake)
+  set_tests_properties(${name}_smoke PROPERTIES LABELS fuzz TIMEOUT 300
+    ENVIRONMENT "MOE_SOURCE_DIR=${CMAKE_SOURCE_DIR};${MOE_SANITIZER_TEST_ENV}")
 endfunction()

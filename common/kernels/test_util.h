@@ -66,7 +66,9 @@ inline TestWeights MakeWeights(std::mt19937& rng, common::DType dtype, int64_t r
 }
 
 inline bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp on the null data() of an empty vector is undefined (UBSan's nonnull-attribute check).
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 }  // namespace moe::kernels::testing

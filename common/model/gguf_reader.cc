@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/file.h"
@@ -141,22 +142,42 @@ absl::StatusOr<FileInfo> ReadGgufHeader(const std::string& path) {
     ASSIGN_OR_RETURN(e.name, r.GetString());
     ASSIGN_OR_RETURN(uint32_t nd, r.Get<uint32_t>());
     if (nd == 0 || nd > 4) return absl::InvalidArgumentError(path + ": bad n_dims of " + e.name);
+    // The element count must fit in the file: checked per dimension so that the product (and
+    // TensorEntry::nbytes) cannot overflow (found by fuzz/gguf_fuzzer).
+    uint64_t elements = 1;
     for (uint32_t d = 0; d < nd; ++d) {
       ASSIGN_OR_RETURN(uint64_t x, r.Get<uint64_t>());
+      if (x != 0 && elements > info.file_size / x) {
+        return absl::InvalidArgumentError(path + ": tensor " + e.name + " is larger than the file");
+      }
+      elements *= x;
       e.ne.push_back(static_cast<int64_t>(x));
     }
     ASSIGN_OR_RETURN(uint32_t type, r.Get<uint32_t>());
+    if (type != static_cast<uint32_t>(GgmlType::kF32) &&
+        type != static_cast<uint32_t>(GgmlType::kF16) &&
+        type != static_cast<uint32_t>(GgmlType::kBF16)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor ", e.name, " has unsupported ggml type ", type));
+    }
     e.type = static_cast<GgmlType>(type);
     ASSIGN_OR_RETURN(e.offset, r.Get<uint64_t>());
     info.tensors.push_back(std::move(e));
   }
   uint64_t align = kAlignment;
   if (auto it = info.metadata.find("general.alignment"); it != info.metadata.end()) {
+    if (!std::holds_alternative<uint64_t>(it->second.scalar)) {  // an int, string, array...
+      return absl::InvalidArgumentError(path + ": general.alignment is not an unsigned integer");
+    }
     align = it->second.u();
+    if (align == 0 || align > (1u << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": general.alignment ", align, " is not in [1, 2^20]"));
+    }
   }
   info.data_offset = (r.pos() + align - 1) / align * align;
   for (const TensorEntry& e : info.tensors) {
-    if (e.offset % align != 0 ||
+    if (e.offset % align != 0 || e.offset > info.file_size ||
         info.data_offset + e.offset + static_cast<uint64_t>(e.nbytes()) > info.file_size) {
       return absl::InvalidArgumentError(path + ": tensor " + e.name + " misaligned or truncated");
     }

@@ -1,5 +1,6 @@
 #include "common/model/model_config.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -45,8 +46,13 @@ class Fields {
     if (!Present(key)) return def;
     const json& v = j_.at(std::string(key));
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float() && v.get<double>() == static_cast<double>(v.get<int64_t>())) {
-      return v.get<int64_t>();
+    // A float with an integral value (2.0e3) is accepted; converting one outside int64's range
+    // would be undefined behaviour (found by fuzz/model_config_fuzzer), so it is refused first.
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d == std::trunc(d) && d >= -9.0e18 && d <= 9.0e18) {
+        return static_cast<int64_t>(d);
+      }
     }
     return Error(key, absl::StrCat("must be an integer, got ", v.dump()));
   }

@@ -185,6 +185,9 @@ TEST(ModelConfigTest, RejectsUnknownArchitecture) {
 
 TEST(ModelConfigTest, RejectsMalformedAndUnsupportedFields) {
   EXPECT_THAT(ParseModelConfig("{not json"), StatusIs(absl::StatusCode::kInvalidArgument));
+  // Integral floats are integers; ones outside int64 are an error, not a wrapped value (fuzzer).
+  EXPECT_THAT(ParseModelConfig(R"({"architectures":["MixtralForCausalLM"],"hidden_size":1e30})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hidden_size")));
   EXPECT_THAT(ParseModelConfig(R"({"architectures":["MixtralForCausalLM"],"hidden_size":"big"})"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hidden_size")));
   EXPECT_THAT(ParseModelConfig(R"({"architectures":["MixtralForCausalLM"],"torch_dtype":"int8"})"),

@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "common/testing/free_port.h"
+#include "common/testing/oracle.h"
 #include "common/testing/status_matchers.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/oracle_util.h"
@@ -90,7 +91,7 @@ TEST(PresetTokenizerTest, RejectsBadArguments) {
 
 // The generated files load in HF's JS tokenizer and encode exactly as the C++ tokenizer does.
 TEST(PresetTokenizerTest, MatchesHfOracle) {
-  if (auto reason = testing::OracleUnavailableReason()) GTEST_SKIP() << *reason;
+  if (auto reason = testing::OracleUnavailableReason()) MOE_MISSING_ORACLE(*reason);
   const std::string root = common::testing::MakeTempDir("preset_tok");
   for (int64_t vocab : {512, 1024, 32000}) {
     SCOPED_TRACE(vocab);

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/testing/free_port.h"
+#include "common/testing/oracle.h"
 #include "common/testing/status_matchers.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/oracle_util.h"
@@ -92,7 +93,7 @@ absl::StatusOr<const Loaded*> Load(const std::string& name) {
 class OracleTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (auto reason = testing::OracleUnavailableReason()) GTEST_SKIP() << *reason;
+    if (auto reason = testing::OracleUnavailableReason()) MOE_MISSING_ORACLE(*reason);
     ASSERT_OK_AND_ASSIGN(const Loaded* loaded, Load(GetParam()));
     tok_ = loaded->tok.get();
     oracle_ = &loaded->oracle;
@@ -175,7 +176,6 @@ TEST_P(OracleTest, DecodeInvertsEncode) {
   }
   EXPECT_GT(checked, 30);
 }
-
 
 // 2 MB of multilingual text (the corpus repeated, so the word cache helps as on real text):
 // encodes the whole input; prints the time taken.

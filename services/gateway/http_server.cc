@@ -84,6 +84,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   CancelFn cancel_;
   std::deque<std::string> out_;
+  int64_t out_bytes_ = 0;  // bytes in out_, bounded by max_pending_write_bytes
   bool writing_ = false;
   bool response_complete_ = false;
   std::string client_;
@@ -293,6 +294,7 @@ class Server final : public HttpServer {
     open_.fetch_sub(1);
     metrics_.connections_open.Decrement();
   }
+  void CountSlowClient() { metrics_.slow_clients_closed_total.Increment(); }
   void CountResponse(int status) {
     metrics_.http_responses_total.Add({{"code", absl::StrCat(status)}}).Increment();
   }
@@ -565,6 +567,14 @@ void Connection::OnEnd(uint64_t seq) {
 }
 
 void Connection::Enqueue(std::string bytes) {
+  if (state_ == State::kClosed) return;
+  out_bytes_ += static_cast<int64_t>(bytes.size());
+  if (out_bytes_ > server_->options().max_pending_write_bytes) {
+    // A client that does not read must not pin memory: drop it and cancel its generation.
+    server_->CountSlowClient();
+    ClientGone();
+    return;
+  }
   out_.push_back(std::move(bytes));
   if (!writing_) DoWrite();
 }
@@ -579,6 +589,8 @@ void Connection::DoWrite() {
     out_.clear();
     out_.push_back(std::move(all));
   }
+  // A write that makes no progress for write_timeout fails (and so closes the connection).
+  stream_.expires_after(absl::ToChronoMilliseconds(server_->options().write_timeout));
   net::async_write(
       stream_, net::buffer(out_.front()),
       [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
@@ -588,10 +600,13 @@ void Connection::OnWritten(beast::error_code ec) {
   writing_ = false;
   if (state_ == State::kClosed) return;
   if (ec) {
+    if (ec == beast::error::timeout) server_->CountSlowClient();
     ClientGone();
     return;
   }
+  out_bytes_ -= static_cast<int64_t>(out_.front().size());
   out_.pop_front();
+  if (state_ == State::kHandling || state_ == State::kStreaming) stream_.expires_never();
   if (!out_.empty()) {
     DoWrite();
     return;
@@ -626,6 +641,7 @@ void Connection::Close() {
   if (state_ == State::kClosed || handed_over_) return;
   state_ = State::kClosed;
   out_.clear();
+  out_bytes_ = 0;
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();

@@ -23,7 +23,7 @@
 
 namespace moe::gateway {
 
-class GatewayMetrics;
+struct GatewayMetrics;
 
 class HttpServer {
  public:

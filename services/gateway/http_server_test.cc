@@ -1,9 +1,15 @@
 // The HTTP server with the real Gateway core and the fake backend, over loopback.
 #include "services/gateway/http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "common/base/clock.h"
 #include "common/http/http_client.h"
 #include "common/metrics/registry.h"
@@ -33,7 +39,7 @@ class HttpServerTest : public ::testing::Test {
     options.http.host = "127.0.0.1";
     options.http.port = 0;
     auto gw =
-        Gateway::Create(options, ModelInfo{"tiny", 512, 0},
+        Gateway::Create(options, ModelInfo{"tiny", model_len_, 0},
                         GatewayDeps{*tokenizer_, *backend_, common::SystemClock::Get(), registry_});
     ASSERT_OK(gw.status());
     gateway_ = std::move(gw).value();
@@ -60,6 +66,7 @@ class HttpServerTest : public ::testing::Test {
   std::unique_ptr<Gateway> gateway_;
   std::unique_ptr<HttpServer> server_;
   int port_ = 0;
+  int32_t model_len_ = 512;
 };
 
 TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
@@ -115,6 +122,50 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAStreamAtOnce) {
   EXPECT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(10)));
   EXPECT_TRUE(backend_->WaitForIdle(absl::Seconds(10)));
   // The slot is free and the server goes on.
+  auto health = HttpCall(port_, "GET", "/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+// A client that sends a streaming request and then never reads: the bytes queued for it stay
+// within http.max_pending_write_bytes; past it the connection is closed and the generation
+// cancelled, so neither memory nor the in-flight slot is pinned by the client.
+TEST_F(HttpServerTest, AClientThatStopsReadingIsCutOffAndItsGenerationCancelled) {
+  FakeBackendOptions fb;
+  GatewayOptions options;
+  options.http.max_pending_write_bytes = 4096;
+  options.http.write_timeout = absl::Milliseconds(200);
+  // A stream (~7 MB) larger than what the kernel buffers between the two sockets (tcp_wmem's
+  // 4 MiB at most plus a tiny receive window).
+  model_len_ = 40000;
+  Start(fb, options);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int small = 1024;  // a tiny receive window, so that the server's writes stall
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body =
+      R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})";
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  // Never read: the server must give up on us and cancel the stream before it completes.
+  EXPECT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(30)));
+  EXPECT_TRUE(backend_->WaitForIdle(absl::Seconds(10)));
+  EXPECT_EQ(gateway_->metrics().slow_clients_closed_total.Value(), 1);
+  // Reading now drains what the kernel held, then the connection ends (EOF or reset) without the
+  // final chunk.
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, n);
+  ::close(fd);
+  EXPECT_FALSE(absl::EndsWith(got, "0\r\n\r\n")) << got.size() << " bytes, the whole stream";
+  // The server goes on.
   auto health = HttpCall(port_, "GET", "/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);

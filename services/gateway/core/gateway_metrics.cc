@@ -31,6 +31,9 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r, const std::string& model)
           r.CounterFamily("moe_gateway_http_responses_total", "HTTP answers by status code.")),
       rejected_total(r.CounterFamily("moe_gateway_rejected_total",
                                      "Requests refused before generation, by reason.")),
+      slow_clients_closed_total(r.AddCounter(
+          "moe_gateway_slow_clients_closed_total",
+          "Connections closed because the client stopped reading (write bound or timeout).")),
       connections_open(r.AddGauge("moe_gateway_connections_open", "Open HTTP connections.")),
       model_(model) {}
 

@@ -29,6 +29,9 @@ struct GatewayMetrics {
   // (auth, rate_limit, overloaded, draining, invalid, too_large).
   common::metrics::Family<common::metrics::Counter>& http_responses_total;
   common::metrics::Family<common::metrics::Counter>& rejected_total;
+  // Connections cut off because the client stopped reading (http.max_pending_write_bytes or
+  // http.write_timeout).
+  common::metrics::Counter& slow_clients_closed_total;
   common::metrics::Gauge& connections_open;
 
  private:

@@ -27,6 +27,12 @@ void HttpOptions::Describe(config::Schema<HttpOptions>& s) {
       .Min(absl::Milliseconds(1));
   s.Add("drain_timeout", &HttpOptions::drain_timeout, "grace for in-flight requests on SIGTERM")
       .Min(absl::ZeroDuration());
+  s.Add("max_pending_write_bytes", &HttpOptions::max_pending_write_bytes,
+        "response bytes queued for a slow client before its connection is closed")
+      .Range(4096, int64_t{1} << 30);
+  s.Add("write_timeout", &HttpOptions::write_timeout,
+        "a write that makes no progress this long closes the connection")
+      .Min(absl::Milliseconds(1));
 }
 
 void LimitOptions::Describe(config::Schema<LimitOptions>& s) {

@@ -26,6 +26,11 @@ struct HttpOptions {
   int32_t max_header_bytes = 16 << 10;
   absl::Duration idle_timeout = absl::Seconds(60);   // keep-alive connections between requests
   absl::Duration drain_timeout = absl::Seconds(30);  // SIGTERM: grace for in-flight requests
+  // A client that stops reading: past this many response bytes queued on its connection, or when
+  // one write makes no progress for write_timeout, the connection is closed and its generation
+  // cancelled (the in-flight slot and the router's stream are freed).
+  int64_t max_pending_write_bytes = 4 << 20;
+  absl::Duration write_timeout = absl::Seconds(30);
 
   static void Describe(common::config::Schema<HttpOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }
