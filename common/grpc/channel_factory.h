@@ -24,9 +24,14 @@ struct ChannelOptions {
   // peer should be found again within seconds.
   absl::Duration initial_reconnect_backoff = absl::Milliseconds(100);
   absl::Duration max_reconnect_backoff = absl::Seconds(5);
+  // A file holding a bearer token sent with every call (`authorization` metadata), for servers
+  // whose auth grants roles by token (common/grpc/auth.h). Re-read when it changes on disk.
+  // Empty = none (under mTLS the client certificate names the caller).
+  std::string token_file;
 
   static void Describe(config::Schema<ChannelOptions>& s) {
     s.Section("tls", &ChannelOptions::tls);
+    s.Add("token_file", &ChannelOptions::token_file, "bearer token sent with every call");
     s.Add("max_message_bytes", &ChannelOptions::max_message_bytes).Range(1 << 16, 1 << 30);
     s.Add("initial_reconnect_backoff", &ChannelOptions::initial_reconnect_backoff)
         .Range(absl::Milliseconds(10), absl::Minutes(2));

@@ -1,5 +1,8 @@
 // TLS / mTLS credentials from PEM files, for servers (ServerRunner) and clients (CreateChannel).
-// Files are read when credentials are made, so a missing or unreadable file fails at startup.
+// Files are checked when credentials are made, so a missing or unreadable file fails at startup;
+// afterwards gRPC re-reads them every reload_interval, so a certificate that cert-manager rotates
+// on disk (key, chain or CA) is used by new connections without a restart. A file that is
+// briefly half-written or missing keeps the last good credentials.
 #pragma once
 
 #include <memory>
@@ -7,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/config/schema.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -21,6 +25,7 @@ struct ServerTlsOptions {
   // mTLS: reject clients without a certificate signed by client_ca_file. Without it, a client
   // certificate is verified when presented.
   bool require_client_cert = false;
+  absl::Duration reload_interval = absl::Seconds(60);  // how often the files are re-read
 
   bool enabled() const { return !cert_file.empty(); }
   static void Describe(config::Schema<ServerTlsOptions>& s);
@@ -38,6 +43,7 @@ struct ClientTlsOptions {
   // Name to verify in the server certificate instead of the target's host (e.g. "localhost"
   // when dialing 127.0.0.1 with a certificate issued to a DNS name); empty = the target host.
   std::string server_name_override;
+  absl::Duration reload_interval = absl::Seconds(60);  // how often the files are re-read
 
   static void Describe(config::Schema<ClientTlsOptions>& s);
   absl::Status Validate() const;
