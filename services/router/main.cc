@@ -75,7 +75,9 @@ absl::Status Run(int argc, char** argv) {
       .max_context = config.max_position_embeddings,
       .num_layers = config.num_hidden_layers,
       .num_experts = config.num_experts};
-  router::RouterServer service((*core)->scheduler(), info, clock);
+  auto auth = common::rpc::Authorizer::Create(options->grpc.auth, "router", registry, clock);
+  if (!auth.ok()) return auth.status();
+  router::RouterServer service((*core)->scheduler(), info, clock, **auth);
   service.set_remote_experts(experts.get());
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::router::v1::Router::service_full_name());

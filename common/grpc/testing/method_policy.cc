@@ -88,3 +88,75 @@ void ExpectOnlyAllowedMethodsServed(::grpc::Channel& channel,
 }
 
 }  // namespace moe::common::rpc::testing
+
+namespace moe::common::rpc::testing {
+
+ClusterPki::ClusterPki(const std::string& dir) {
+  TestPki pki(dir);
+  ca_ = pki.Ca("cluster");
+  server_ = pki.Issue(ca_, "server", {"DNS:localhost", "IP:127.0.0.1"});
+  for (int r = 0; r < kNumRoles; ++r) {
+    const std::string name(RoleName(static_cast<Role>(r)));
+    roles_.push_back(pki.Issue(ca_, name, {"URI:spiffe://moe.test/" + name}));
+  }
+  CertFiles other = pki.Ca("other");
+  impostor_ = pki.Issue(other, "impostor", {"URI:spiffe://moe.test/admin"});
+}
+
+ServerOptions ClusterPki::Server() const {
+  ServerOptions o{.host = "127.0.0.1",
+                  .tls = {.cert_file = server_.cert_file,
+                          .key_file = server_.key_file,
+                          .client_ca_file = ca_.cert_file,
+                          .require_client_cert = true}};
+  o.auth.enabled = true;
+  o.auth.gateway.identities = {"spiffe://moe.test/gateway"};
+  o.auth.router.identities = {"spiffe://moe.test/router"};
+  o.auth.admin.identities = {"spiffe://moe.test/admin"};
+  return o;
+}
+
+ChannelOptions ClusterPki::Client(std::optional<Role> role) const {
+  ChannelOptions o{.tls = {.enabled = true, .ca_file = ca_.cert_file,
+                           .server_name_override = "localhost"}};
+  if (role.has_value()) {
+    o.tls.cert_file = roles_[static_cast<int>(*role)].cert_file;
+    o.tls.key_file = roles_[static_cast<int>(*role)].key_file;
+  }
+  return o;
+}
+
+ChannelOptions ClusterPki::Impostor() const {
+  ChannelOptions o = Client(std::nullopt);
+  o.tls.cert_file = impostor_.cert_file;
+  o.tls.key_file = impostor_.key_file;
+  return o;
+}
+
+void ClusterPki::ExpectEveryMethodGuarded(const std::string& target,
+                                          const google::protobuf::ServiceDescriptor& service,
+                                          std::span<const MethodPolicy> policies) const {
+  ExpectPolicyCoversService(service, policies);
+  auto channel = [&](const ChannelOptions& o) {
+    absl::StatusOr<std::shared_ptr<::grpc::Channel>> ch = CreateChannel(target, o);
+    EXPECT_TRUE(ch.ok()) << ch.status();
+    return *ch;
+  };
+  // Refused before any handler: every method fails the same way, so one suffices.
+  const std::string first = absl::StrCat("/", service.full_name(), "/", service.method(0)->name());
+  for (const auto& [who, options] :
+       std::vector<std::pair<std::string, ChannelOptions>>{{"plaintext", ChannelOptions{}},
+                                                           {"no certificate", Client(std::nullopt)},
+                                                           {"another CA", Impostor()}}) {
+    EXPECT_EQ(CallWithEmptyRequest(*channel(options), first).error_code(),
+              ::grpc::StatusCode::UNAVAILABLE)
+        << who << " reached " << first;
+  }
+  for (int r = 0; r < kNumRoles; ++r) {
+    const Role role = static_cast<Role>(r);
+    ExpectOnlyAllowedMethodsServed(*channel(Client(role)), service, policies, {role},
+                                   ::grpc::StatusCode::PERMISSION_DENIED);
+  }
+}
+
+}  // namespace moe::common::rpc::testing

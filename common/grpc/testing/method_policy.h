@@ -4,9 +4,15 @@
 // Authorizer::Check (or a new method without a policy) fails a test.
 #pragma once
 
+#include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "common/grpc/auth.h"
+#include "common/grpc/channel_factory.h"
+#include "common/grpc/server_runner.h"
+#include "common/grpc/testing/test_pki.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/channel.h"
 
@@ -24,5 +30,37 @@ void ExpectOnlyAllowedMethodsServed(::grpc::Channel& channel,
                                     const google::protobuf::ServiceDescriptor& service,
                                     std::span<const MethodPolicy> policies, RoleSet caller,
                                     ::grpc::StatusCode refused_code);
+
+}  // namespace moe::common::rpc::testing
+
+namespace moe::common::rpc::testing {
+
+// A cluster's PKI for one service's test: a CA, the server's certificate (localhost), one client
+// certificate per role (URI SAN spiffe://moe.test/<role>) and an impostor holding the admin's
+// SAN from another CA; ServerOptions with mTLS and auth naming those identities.
+//
+//   ClusterPki pki(dir);
+//   ServerOptions grpc = pki.Server();
+//   auto auth = Authorizer::Create(grpc.auth, "router", registry, clock);
+//   ... start the service with *auth on grpc ...
+//   pki.ExpectEveryMethodGuarded("127.0.0.1:" + port, service_descriptor, kRouterPolicies);
+class ClusterPki {
+ public:
+  explicit ClusterPki(const std::string& dir);
+  ServerOptions Server() const;
+  // mTLS client options for a role's certificate (nullopt role: no certificate).
+  ChannelOptions Client(std::optional<Role> role) const;
+  ChannelOptions Impostor() const;
+
+  // The policy table covers the service; plaintext, certificate-less and impostor callers are
+  // refused at the handshake; each role is served exactly the methods that allow it.
+  void ExpectEveryMethodGuarded(const std::string& target,
+                                const google::protobuf::ServiceDescriptor& service,
+                                std::span<const MethodPolicy> policies) const;
+
+ private:
+  CertFiles ca_, server_, impostor_;
+  std::vector<CertFiles> roles_;  // by Role
+};
 
 }  // namespace moe::common::rpc::testing
