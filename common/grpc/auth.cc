@@ -51,15 +51,6 @@ absl::StatusOr<SecretDigest> ReadTokenDigest(const std::string& path) {
 
 }  // namespace
 
-std::string_view RoleName(Role role) {
-  switch (role) {
-    case Role::kGateway: return "gateway";
-    case Role::kRouter: return "router";
-    case Role::kAdmin: return "admin";
-  }
-  return "?";
-}
-
 std::string RoleSet::ToString() const {
   std::vector<std::string> names;
   for (Role r : kRoles) {
@@ -69,56 +60,6 @@ std::string RoleSet::ToString() const {
 }
 
 std::string BearerValue(std::string_view token) { return "Bearer " + std::string(token); }
-
-void RoleMembers::Describe(config::Schema<RoleMembers>& s) {
-  s.Add("identities", &RoleMembers::identities,
-        "client-certificate SANs (DNS, URI, SPIFFE id) holding the role (mTLS)");
-  s.Add("token_files", &RoleMembers::token_files, "files each holding a bearer token granting it");
-}
-
-const RoleMembers& AuthOptions::members(Role r) const {
-  switch (r) {
-    case Role::kGateway: return gateway;
-    case Role::kRouter: return router;
-    case Role::kAdmin: return admin;
-  }
-  return admin;
-}
-
-void AuthOptions::Describe(config::Schema<AuthOptions>& s) {
-  s.Add("enabled", &AuthOptions::enabled, "serve only callers holding each method's role");
-  s.Section("gateway", &AuthOptions::gateway);
-  s.Section("router", &AuthOptions::router);
-  s.Section("admin", &AuthOptions::admin);
-  s.Add("token_reload_interval", &AuthOptions::token_reload_interval,
-        "how often token files are checked for a change")
-      .Range(absl::Milliseconds(10), absl::Hours(1));
-}
-
-absl::Status AuthOptions::Validate() const {
-  if (absl::Status s = config::CheckFields(*this); !s.ok()) return s;
-  if (!enabled) return absl::OkStatus();
-  bool any = false;
-  for (Role r : kRoles) {
-    const RoleMembers& m = members(r);
-    for (const std::string& id : m.identities) {
-      if (id.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(std::string(RoleName(r)), ".identities: empty entry"));
-      }
-    }
-    for (const std::string& f : m.token_files) {
-      if (f.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(std::string(RoleName(r)), ".token_files: empty entry"));
-      }
-    }
-    any = any || !m.identities.empty() || !m.token_files.empty();
-  }
-  if (!any) {
-    return absl::InvalidArgumentError(
-        "enabled: true, but no role has identities or token_files (nobody could call)");
-  }
-  return absl::OkStatus();
-}
 
 struct Authorizer::Rep {
   struct Token {

@@ -32,21 +32,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
-#include "common/config/schema.h"
+#include "common/grpc/options.h"
 #include "common/metrics/registry.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 
 namespace moe::common::rpc {
 
-// The roles of the cluster: who calls what (SECURITY.md).
-enum class Role : uint8_t {
-  kGateway = 0,  // Router.Generate, asr, tts.
-  kRouter = 1,   // ExpertWorker.RunExperts / NegotiateTransport, kv-store Put/Get/Lookup.
-  kAdmin = 2,    // moe admin, the operator: placement, loading experts, anything that changes state.
-};
-inline constexpr int kNumRoles = 3;
-std::string_view RoleName(Role role);
 
 class RoleSet {
  public:
@@ -71,32 +63,7 @@ struct MethodPolicy {
   RoleSet allowed;
 };
 
-// Who holds one role.
-struct RoleMembers {
-  // Client-certificate SANs (DNS, URI, SPIFFE id), matched exactly. Needs mTLS.
-  std::vector<std::string> identities;
-  // Files that each hold one bearer token (surrounding whitespace ignored).
-  std::vector<std::string> token_files;
 
-  static void Describe(config::Schema<RoleMembers>& s);
-};
-
-struct AuthOptions {
-  // false: every call is served (a local cluster on loopback). true: only callers holding a
-  // method's role.
-  bool enabled = false;
-  RoleMembers gateway;
-  RoleMembers router;
-  RoleMembers admin;
-  // How often a token file is checked for a change.
-  absl::Duration token_reload_interval = absl::Seconds(5);
-
-  const RoleMembers& members(Role r) const;
-  static void Describe(config::Schema<AuthOptions>& s);
-  // enabled needs at least one identity or token file; a token file must be readable and
-  // non-empty (checked again by Authorizer::Create).
-  absl::Status Validate() const;
-};
 
 class Authorizer {
  public:

@@ -18,59 +18,7 @@ absl::StatusOr<std::string> ReadPem(const std::string& key, const std::string& p
   return text;
 }
 
-absl::Status CheckKeyPair(const std::string& cert_file, const std::string& key_file) {
-  if (!cert_file.empty() && key_file.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key_file: \"\" is required with cert_file \"", cert_file, "\""));
-  }
-  if (cert_file.empty() && !key_file.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cert_file: \"\" is required with key_file \"", key_file, "\""));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-void ServerTlsOptions::Describe(config::Schema<ServerTlsOptions>& s) {
-  s.Add("cert_file", &ServerTlsOptions::cert_file, "PEM server certificate; empty = plaintext");
-  s.Add("key_file", &ServerTlsOptions::key_file, "PEM private key of cert_file");
-  s.Add("client_ca_file", &ServerTlsOptions::client_ca_file, "PEM CA of client certificates");
-  s.Add("require_client_cert", &ServerTlsOptions::require_client_cert, "mTLS");
-  s.Add("reload_interval", &ServerTlsOptions::reload_interval, "how often the files are re-read")
-      .Range(absl::Seconds(1), absl::Hours(24));
-}
-
-absl::Status ServerTlsOptions::Validate() const {
-  if (absl::Status s = CheckKeyPair(cert_file, key_file); !s.ok()) return s;
-  if (!enabled() && !client_ca_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("client_ca_file: \"", client_ca_file,
-                                                   "\" needs TLS (set cert_file and key_file)"));
-  }
-  if (require_client_cert && client_ca_file.empty()) {
-    return absl::InvalidArgumentError("require_client_cert: true needs client_ca_file");
-  }
-  return absl::OkStatus();
-}
-
-void ClientTlsOptions::Describe(config::Schema<ClientTlsOptions>& s) {
-  s.Add("enabled", &ClientTlsOptions::enabled, "use TLS");
-  s.Add("ca_file", &ClientTlsOptions::ca_file, "PEM roots of the server; empty = system");
-  s.Add("cert_file", &ClientTlsOptions::cert_file, "PEM client certificate (mTLS)");
-  s.Add("key_file", &ClientTlsOptions::key_file, "PEM private key of cert_file");
-  s.Add("server_name_override", &ClientTlsOptions::server_name_override,
-        "name to verify in the server certificate");
-  s.Add("reload_interval", &ClientTlsOptions::reload_interval, "how often the files are re-read")
-      .Range(absl::Seconds(1), absl::Hours(24));
-}
-
-absl::Status ClientTlsOptions::Validate() const {
-  if (absl::Status s = CheckKeyPair(cert_file, key_file); !s.ok()) return s;
-  if (!enabled && (!ca_file.empty() || !cert_file.empty() || !server_name_override.empty())) {
-    return absl::InvalidArgumentError("enabled: false, but TLS files or names are set");
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::shared_ptr<::grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsOptions& options) {

@@ -38,6 +38,7 @@ void AuthOptions::Describe(config::Schema<AuthOptions>& s) {
 
 void RoutingOptions::Describe(config::Schema<RoutingOptions>& s) {
   s.Add("routers", &RoutingOptions::routers, "router gRPC targets host:port");
+  s.Section("channel", &RoutingOptions::channel);
   s.Add("block_size", &RoutingOptions::block_size, "routers' KV block size").Range(1, 4096);
   s.Add("kv_dtype", &RoutingOptions::kv_dtype, "routers' KV dtype")
       .Require([](const std::string& v) { return v == "f32" || v == "bf16" || v == "f16"; },

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/config/schema.h"
+#include "common/grpc/options.h"
 
 namespace moe::gateway {
 
@@ -56,6 +57,9 @@ struct RoutingOptions {
   absl::Duration stats_interval = absl::Milliseconds(500);  // GetStats polling
   absl::Duration connect_timeout = absl::Seconds(2);
   int32_t max_attempts = 3;  // routers tried before the first token
+  // How the gateway dials the routers: TLS / mTLS (the gateway's client certificate) or a
+  // token file (common/grpc/auth.h).
+  common::rpc::ChannelOptions channel;
 
   static void Describe(common::config::Schema<RoutingOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }
