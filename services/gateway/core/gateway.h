@@ -22,6 +22,7 @@
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/api_error.h"
+#include "services/gateway/core/api_keys.h"
 #include "services/gateway/core/gateway_metrics.h"
 #include "services/gateway/core/gateway_options.h"
 #include "services/gateway/core/generate_backend.h"
@@ -44,7 +45,9 @@ struct ModelInfo {
 absl::StatusOr<ModelInfo> LoadModelInfo(const GatewayOptions& options);
 
 // Keys from options.auth (list and file). kNotFound when the file cannot be read.
-absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options);
+// The key store of `options` (null when auth is off). Inline keys must be digests.
+absl::StatusOr<std::unique_ptr<ApiKeyStore>> LoadApiKeys(const AuthOptions& options,
+                                                         common::Clock& clock);
 
 // What the gateway borrows; everything must outlive it.
 struct GatewayDeps {
@@ -77,15 +80,17 @@ class Gateway {
 
  private:
   Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
-          std::vector<std::string> api_keys, std::unique_ptr<PromptBuilder> prompts);
+          std::unique_ptr<ApiKeyStore> api_keys, std::unique_ptr<PromptBuilder> prompts);
 
   CancelFn HandleCompletion(Endpoint endpoint, const HttpRequest& request,
                             const std::shared_ptr<ResponseWriter>& writer);
   HttpResponse HandleModels() const;
   HttpResponse HandleTokenize(const HttpRequest& request) const;
   HttpResponse HandleDetokenize(const HttpRequest& request) const;
-  // The API key check and the rate limit; nullopt when the request may go on.
-  std::optional<ApiError> CheckAccess(const HttpRequest& request);
+  // The API key check and the rate limit; nullopt when the request may go on. `key` (may be
+  // null) receives the caller's key when auth is on.
+  std::optional<ApiError> CheckAccess(const HttpRequest& request,
+                                      std::shared_ptr<const ApiKey>* key = nullptr);
   std::optional<ApiError> CheckPromptIds(const CompletionRequest& request,
                                          const std::vector<int32_t>& prompt) const;
   void Reply(ResponseWriter& writer, HttpResponse response);
@@ -96,7 +101,7 @@ class Gateway {
   const GatewayOptions options_;
   const ModelInfo model_;
   const GatewayDeps deps_;
-  const absl::flat_hash_set<std::string> api_keys_;
+  const std::unique_ptr<ApiKeyStore> api_keys_;  // null: auth off
   const std::unique_ptr<PromptBuilder> prompts_;
   const RequestLimits request_limits_;
   const uint64_t id_seed_;

@@ -32,8 +32,15 @@ void LimitOptions::Describe(config::Schema<LimitOptions>& s) {
 }
 
 void AuthOptions::Describe(config::Schema<AuthOptions>& s) {
-  s.Add("api_keys", &AuthOptions::api_keys, "accepted Bearer API keys; empty = auth off");
-  s.Add("api_keys_file", &AuthOptions::api_keys_file, "file of API keys, one per line");
+  s.Add("api_keys", &AuthOptions::api_keys,
+        "accepted API keys as sha256:<hex> digests (moe hash-key); empty = auth off");
+  s.Add("api_keys_file", &AuthOptions::api_keys_file,
+        "file of API key digests with per-key limits, one a line; reloaded on change");
+  s.Add("api_keys_reload_interval", &AuthOptions::api_keys_reload_interval,
+        "how often the key file is checked for a change")
+      .Range(absl::Milliseconds(10), absl::Hours(1));
+  s.Add("priority_without_key", &AuthOptions::priority_without_key,
+        "honour request priority when auth is off");
 }
 
 void RoutingOptions::Describe(config::Schema<RoutingOptions>& s) {

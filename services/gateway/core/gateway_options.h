@@ -39,9 +39,17 @@ struct LimitOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// API keys (core/api_keys.h): stored as SHA-256 digests, never in plaintext.
 struct AuthOptions {
-  std::vector<std::string> api_keys;  // accepted Bearer tokens; empty (and no file) = auth off
-  std::string api_keys_file;          // one key per line ('#' comments)
+  // Accepted keys as digests ("sha256:<hex>", from `moe hash-key`), with the gateway's default
+  // limits; empty (and no file) = auth off.
+  std::vector<std::string> api_keys;
+  // Key file: one digest a line with per-key limits (core/api_keys.h); reloaded on change.
+  std::string api_keys_file;
+  absl::Duration api_keys_reload_interval = absl::Seconds(5);
+  // Without auth there is no key to allow a request `priority`: honour it anyway? (A local
+  // cluster, a trusted network.) Otherwise a non-zero priority without an allowing key is 403.
+  bool priority_without_key = false;
 
   static void Describe(common::config::Schema<AuthOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }
