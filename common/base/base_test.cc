@@ -9,6 +9,7 @@
 #include "common/base/hash.h"
 #include "common/base/ids.h"
 #include "common/base/listening_line.h"
+#include "common/base/secret.h"
 #include "common/base/status_macros.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/free_port.h"
@@ -115,6 +116,37 @@ TEST(FreePortTest, ReturnsUsablePortAndTempDir) {
   EXPECT_LT(port, 65536);
   std::string dir = testing::MakeTempDir();
   EXPECT_THAT(dir, HasSubstr("moe_test."));
+}
+
+}  // namespace
+}  // namespace moe::common
+
+namespace moe::common {
+namespace {
+
+TEST(SecretTest, DigestIsSha256AndRoundTripsThroughItsTextForm) {
+  // SHA-256("abc"), FIPS 180-2 appendix B.1.
+  const SecretDigest abc = DigestOf("abc");
+  EXPECT_EQ(FormatDigest(abc),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  absl::StatusOr<SecretDigest> parsed = ParseDigest(FormatDigest(abc));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(DigestEquals(*parsed, abc));
+  EXPECT_FALSE(DigestEquals(DigestOf("abd"), abc));
+  absl::StatusOr<SecretDigest> upper =
+      ParseDigest("sha256:BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD");
+  ASSERT_TRUE(upper.ok());
+  EXPECT_TRUE(DigestEquals(*upper, abc));
+}
+
+TEST(SecretTest, ParseRejectsPlaintextWithoutEchoingIt) {
+  for (std::string_view bad : {"sk-my-secret-key", "sha256:abc", "sha256:",
+                               "sha256:zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}) {
+    absl::StatusOr<SecretDigest> d = ParseDigest(bad);
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(d.status().message().find("secret"), std::string_view::npos);
+  }
 }
 
 }  // namespace

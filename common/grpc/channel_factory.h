@@ -9,32 +9,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/config/schema.h"
+#include "common/grpc/options.h"
 #include "common/grpc/tls.h"
 #include "grpcpp/channel.h"
 
 namespace moe::common::rpc {
 
-struct ChannelOptions {
-  ClientTlsOptions tls;
-  // Largest message received or sent, bytes. RunExperts batches are the big ones:
-  // 4096 tokens x hidden 4096 x 4 bytes = 64 MiB.
-  int max_message_bytes = 64 << 20;
-  // Reconnect backoff after a failed connection attempt: starts here, grows (x1.6, jittered) up
-  // to the max. gRPC's defaults (1 s .. 120 s) suit the internet; inside a cluster a restarted
-  // peer should be found again within seconds.
-  absl::Duration initial_reconnect_backoff = absl::Milliseconds(100);
-  absl::Duration max_reconnect_backoff = absl::Seconds(5);
-
-  static void Describe(config::Schema<ChannelOptions>& s) {
-    s.Section("tls", &ChannelOptions::tls);
-    s.Add("max_message_bytes", &ChannelOptions::max_message_bytes).Range(1 << 16, 1 << 30);
-    s.Add("initial_reconnect_backoff", &ChannelOptions::initial_reconnect_backoff)
-        .Range(absl::Milliseconds(10), absl::Minutes(2));
-    s.Add("max_reconnect_backoff", &ChannelOptions::max_reconnect_backoff)
-        .Range(absl::Milliseconds(10), absl::Minutes(2));
-  }
-  absl::Status Validate() const { return config::CheckFields(*this); }
-};
 
 // A channel to `target` ("host:port" or a gRPC target URI). Connects lazily: errors reaching the
 // peer surface on the first call. kInvalidArgument / kNotFound for bad options or TLS files.

@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/config/schema.h"
+#include "common/grpc/auth.h"
 #include "common/grpc/tls.h"
 #include "grpcpp/server.h"
 
@@ -35,8 +36,9 @@ class Service;
 namespace moe::common::rpc {
 
 struct ServerOptions {
-  // Address to bind: "0.0.0.0" (all IPv4), "::" (all), "127.0.0.1" (tests).
-  std::string host = "0.0.0.0";
+  // Address to bind: loopback unless configured otherwise ("0.0.0.0" all IPv4, "::" all; the
+  // Helm chart binds all, behind NetworkPolicies and, when enabled, mTLS and auth).
+  std::string host = "127.0.0.1";
   // TCP port; 0 picks a free one (read it with port(); it belongs in the "listening" line).
   int port = 0;
   // On shutdown, how long in-flight RPCs may run before they are cancelled. Longer drains lose
@@ -46,6 +48,8 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // TLS / mTLS; plaintext when tls.cert_file is empty.
   ServerTlsOptions tls;
+  // Who may call which method (common/grpc/auth.h); off by default.
+  AuthOptions auth;
 
   static void Describe(config::Schema<ServerOptions>& s) {
     s.Add("host", &ServerOptions::host, "address to bind").NonEmpty();
@@ -54,8 +58,22 @@ struct ServerOptions {
         .Range(absl::ZeroDuration(), absl::Minutes(10));
     s.Add("max_message_bytes", &ServerOptions::max_message_bytes).Range(1 << 16, 1 << 30);
     s.Section("tls", &ServerOptions::tls);
+    s.Section("auth", &ServerOptions::auth);
   }
-  absl::Status Validate() const { return config::CheckFields(*this); }
+  absl::Status Validate() const {
+    if (absl::Status s = config::CheckFields(*this); !s.ok()) return s;
+    if (auth.enabled) {
+      bool identities = false;
+      for (const RoleMembers* m : {&auth.gateway, &auth.router, &auth.admin}) {
+        identities = identities || !m->identities.empty();
+      }
+      if (identities && !tls.require_client_cert) {
+        return absl::InvalidArgumentError(
+            "auth: identities name client certificates; set tls.require_client_cert (mTLS)");
+      }
+    }
+    return absl::OkStatus();
+  }
 };
 
 class ServerRunner {

@@ -1,11 +1,15 @@
 #include "common/grpc/server_runner.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "common/grpc/channel_factory.h"
+#include "common/grpc/testing/test_pki.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
@@ -44,16 +48,6 @@ class FakeKvStore final : public KvStore::Service {
 };
 
 ServerOptions Loopback() { return {.host = "127.0.0.1", .port = 0}; }
-
-// The certificates in common/grpc/testdata (ctest sets MOE_SOURCE_DIR; a build that rewrites
-// __FILE__ to a relative path, such as ccache with base_dir, must not lose them).
-std::string TestData(const std::string& name) {
-  if (const char* dir = std::getenv("MOE_SOURCE_DIR"); dir != nullptr) {
-    return std::string(dir) + "/common/grpc/testdata/" + name;
-  }
-  const std::string here = __FILE__;
-  return here.substr(0, here.rfind('/')) + "/testdata/" + name;
-}
 
 std::unique_ptr<KvStore::Stub> Stub(int port, const ChannelOptions& options = {}) {
   auto channel = CreateChannel("127.0.0.1:" + std::to_string(port), options);
@@ -180,22 +174,37 @@ TEST(ServerRunnerTest, RejectsInvalidOptionsAndASecondStart) {
   EXPECT_THAT(twice.Start(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
+// Certificates made at test time (testing/test_pki.h): a CA, a server certificate for localhost
+// and a client certificate.
 class ServerRunnerTlsTest : public ::testing::Test {
  protected:
+  ServerRunnerTlsTest() : dir_(MakeDir()), pki_(dir_) {
+    ca_ = pki_.Ca("cluster");
+    server_ = pki_.Issue(ca_, "server", {"DNS:localhost", "IP:127.0.0.1"});
+    client_ = pki_.Issue(ca_, "client", {"DNS:client.moe"});
+  }
+  ~ServerRunnerTlsTest() override { std::filesystem::remove_all(dir_); }
+  static std::string MakeDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "moe-tls-XXXXXX").string();
+    return ::mkdtemp(tmpl.data());
+  }
   ServerOptions TlsServer(bool require_client_cert) {
     return {.host = "127.0.0.1",
-            .tls = {.cert_file = TestData("server.pem"),
-                    .key_file = TestData("server.key"),
-                    .client_ca_file = require_client_cert ? TestData("ca.pem") : "",
+            .tls = {.cert_file = server_.cert_file,
+                    .key_file = server_.key_file,
+                    .client_ca_file = require_client_cert ? ca_.cert_file : "",
                     .require_client_cert = require_client_cert}};
   }
   ChannelOptions TlsClient(bool with_cert) {
     return {.tls = {.enabled = true,
-                    .ca_file = TestData("ca.pem"),
-                    .cert_file = with_cert ? TestData("client.pem") : "",
-                    .key_file = with_cert ? TestData("client.key") : "",
+                    .ca_file = ca_.cert_file,
+                    .cert_file = with_cert ? client_.cert_file : "",
+                    .key_file = with_cert ? client_.key_file : "",
                     .server_name_override = "localhost"}};
   }
+  const std::string dir_;
+  testing::TestPki pki_;
+  testing::CertFiles ca_, server_, client_;
   FakeKvStore service_;
 };
 

@@ -236,7 +236,7 @@ class Backend final : public GrpcBackend {
     for (const std::string& target : options_.routers) {
       auto conn = std::make_unique<RouterConn>();
       conn->target = target;
-      auto channel = common::rpc::CreateChannel(target);
+      auto channel = common::rpc::CreateChannel(target, options_.channel);
       if (!channel.ok()) return channel.status();
       conn->channel = *channel;
       conn->stub = pb::Router::NewStub(conn->channel);

@@ -97,7 +97,9 @@ absl::Status Run(int argc, char** argv) {
       .num_layers = config.num_hidden_layers,
       .num_experts = config.num_experts,
       .kv_namespace = (*core)->kv_namespace()};
-  router::RouterServer service((*core)->scheduler(), info, clock);
+  auto auth = common::rpc::Authorizer::Create(options->grpc.auth, "router", registry, clock);
+  if (!auth.ok()) return auth.status();
+  router::RouterServer service((*core)->scheduler(), info, clock, **auth);
   service.set_remote_experts(experts.get());
   service.set_grammar_cache((*core)->grammar_cache());
   common::rpc::ServerRunner runner(options->grpc);

@@ -101,8 +101,9 @@ constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
 
 }  // namespace
 
-RouterServer::RouterServer(Scheduler& scheduler, RouterServerInfo info, common::Clock& clock)
-    : scheduler_(scheduler), info_(std::move(info)), clock_(clock) {}
+RouterServer::RouterServer(Scheduler& scheduler, RouterServerInfo info, common::Clock& clock,
+                           const common::rpc::Authorizer& auth)
+    : scheduler_(scheduler), info_(std::move(info)), clock_(clock), auth_(auth) {}
 
 absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateRequest& request) const {
   if (!request.model().empty() && request.model() != info_.model_name) {
@@ -190,6 +191,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
 ::grpc::Status RouterServer::Generate(::grpc::ServerContext* context,
                                       const pb::GenerateRequest* request,
                                       ::grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  if (::grpc::Status s = auth_.Check(*context, kGeneratePolicy); !s.ok()) return s;
   // One log line per request, with the gateway's x-request-id (deploy/RUNBOOK.md).
   const std::string http_id = HttpRequestId(*context);
   absl::StatusOr<GenerateRequest> converted = FromProto(*request);
@@ -277,6 +279,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
 ::grpc::Status RouterServer::GetStats(::grpc::ServerContext* context,
                                       const pb::GetStatsRequest* request,
                                       pb::GetStatsResponse* response) {
+  if (::grpc::Status s = auth_.Check(*context, kGetStatsPolicy); !s.ok()) return s;
   const SchedulerStats stats = scheduler_.GetStats();
   response->set_router_id(info_.router_id);
   response->set_model(info_.model_name);
@@ -323,6 +326,7 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
 ::grpc::Status RouterServer::SetPlacement(::grpc::ServerContext* context,
                                           const pb::SetPlacementRequest* request,
                                           pb::SetPlacementResponse* response) {
+  if (::grpc::Status s = auth_.Check(*context, kSetPlacementPolicy); !s.ok()) return s;
   if (experts_ == nullptr) {
     return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED,
                           "SetPlacement: this router runs its experts in-process");

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/config/schema.h"
+#include "common/grpc/auth.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
 #include "moe/router/v1/router.grpc.pb.h"
@@ -67,10 +68,22 @@ struct RouterServerInfo {
   kv::BlockHashRootKey kv_namespace;  // GetStats.kv_namespace (RouterCore::kv_namespace())
 };
 
-// Thread-safe: gRPC calls it from its own threads. Borrows the scheduler and clock.
+// Who may call each method (common/grpc/auth.h; SECURITY.md): the gateway generates, the admin
+// (moe admin, the operator) switches placements, both read stats.
+inline constexpr common::rpc::MethodPolicy kGeneratePolicy{"Generate",
+                                                           {common::rpc::Role::kGateway}};
+inline constexpr common::rpc::MethodPolicy kGetStatsPolicy{
+    "GetStats", {common::rpc::Role::kGateway, common::rpc::Role::kAdmin}};
+inline constexpr common::rpc::MethodPolicy kSetPlacementPolicy{"SetPlacement",
+                                                               {common::rpc::Role::kAdmin}};
+inline constexpr common::rpc::MethodPolicy kRouterPolicies[] = {kGeneratePolicy, kGetStatsPolicy,
+                                                                kSetPlacementPolicy};
+
+// Thread-safe: gRPC calls it from its own threads. Borrows the scheduler, clock and authorizer.
 class RouterServer final : public moe::router::v1::Router::Service {
  public:
-  RouterServer(Scheduler& scheduler, RouterServerInfo info, common::Clock& clock);
+  RouterServer(Scheduler& scheduler, RouterServerInfo info, common::Clock& clock,
+               const common::rpc::Authorizer& auth);
 
   // Where the routed experts run when they are remote (optional, borrowed): GetStats then reports
   // its placement and load window, and SetPlacement switches it. Call before serving.
@@ -98,6 +111,7 @@ class RouterServer final : public moe::router::v1::Router::Service {
   Scheduler& scheduler_;
   const RouterServerInfo info_;
   common::Clock& clock_;
+  const common::rpc::Authorizer& auth_;
   RemoteExpertExecutor* experts_ = nullptr;
   grammar::GrammarCache* grammar_cache_ = nullptr;
 

@@ -8,6 +8,7 @@
 
 #include "common/engine/generator.h"
 #include "common/grpc/channel_factory.h"
+#include "common/grpc/testing/method_policy.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
@@ -24,6 +25,7 @@ namespace {
 namespace pb = ::moe::router::v1;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::moe::common::testing::IsOkAndHolds;
 
 class RouterServerTest : public ::testing::Test {
  protected:
@@ -36,7 +38,8 @@ class RouterServerTest : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   // Builds a router over the tiny model; `start` = run the scheduler loop.
-  void StartRouter(SchedulerOptions scheduler_options, bool start = true) {
+  void StartRouter(SchedulerOptions scheduler_options, bool start = true,
+                   std::optional<common::rpc::ServerOptions> grpc = std::nullopt) {
     RouterCoreOptions options;
     options.model_dir = *dir_;
     options.model_name = "tiny";
@@ -53,8 +56,8 @@ class RouterServerTest : public ::testing::Test {
                          .max_context = config.max_position_embeddings,
                          .num_layers = config.num_hidden_layers,
                          .num_experts = config.num_experts},
-        common::SystemClock::Get());
-    common::rpc::ServerOptions grpc_options;
+        common::SystemClock::Get(), *auth_);
+    common::rpc::ServerOptions grpc_options = grpc.value_or(common::rpc::ServerOptions{});
     grpc_options.host = "127.0.0.1";
     grpc_options.port = 0;
     grpc_options.drain_timeout = absl::Seconds(2);
@@ -125,11 +128,32 @@ class RouterServerTest : public ::testing::Test {
   static std::string* dir_;
   common::metrics::Registry registry_;
   std::unique_ptr<RouterCore> core_;
+  std::unique_ptr<common::rpc::Authorizer> auth_ =
+      common::rpc::Authorizer::AllowAll("router", registry_);
   std::unique_ptr<RouterServer> server_;
   std::unique_ptr<common::rpc::ServerRunner> runner_;
   std::unique_ptr<pb::Router::Stub> stub_;
 };
 std::string* RouterServerTest::dir_ = nullptr;
+
+// mTLS with auth: plaintext, certificate-less and foreign-CA callers never reach a handler; the
+// gateway may generate but not switch placements, the admin the reverse (SECURITY.md).
+TEST_F(RouterServerTest, EveryMethodServesOnlyItsRoles) {
+  common::rpc::testing::ClusterPki pki(common::testing::MakeTempDir("router_auth"));
+  const common::rpc::ServerOptions grpc = pki.Server();
+  ASSERT_OK_AND_ASSIGN(auth_, common::rpc::Authorizer::Create(grpc.auth, "router", registry_,
+                                                              common::SystemClock::Get()));
+  StartRouter(SchedulerOptions{}, /*start=*/true, grpc);
+  const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      pb::Router::service_full_name());
+  ASSERT_NE(service, nullptr);
+  pki.ExpectEveryMethodGuarded(absl::StrCat("127.0.0.1:", runner_->port()), *service,
+                               kRouterPolicies);
+  EXPECT_THAT(registry_.Value("moe_rpc_refused_total", {{"service", "router"},
+                                                        {"method", "SetPlacement"},
+                                                        {"code", "PERMISSION_DENIED"}}),
+              IsOkAndHolds(2.0));  // the gateway's and the router's
+}
 
 std::vector<int32_t> Prompt(int n, int seed) {
   std::vector<int32_t> p(n);

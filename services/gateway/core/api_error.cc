@@ -61,6 +61,15 @@ ApiError ApiError::MethodNotAllowed(const std::string& method, const std::string
   return e;
 }
 
+ApiError ApiError::Forbidden(std::string param, std::string message) {
+  ApiError e;
+  e.http_status = 403;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = "permission_denied";
+  return e;
+}
+
 ApiError ApiError::Unauthorized(std::string message) {
   ApiError e;
   e.http_status = 401;

@@ -1,6 +1,7 @@
 // OpenAI-style API errors: {"error": {"message", "type", "param", "code"}} with an HTTP status.
 //
 //   400 invalid_request_error (param names the offending field), 401 invalid_api_key,
+//   403 permission_denied,
 //   404 model_not_found, 413 request_too_large, 429 rate_limit_exceeded (+ Retry-After),
 //   503 overloaded / draining (+ Retry-After), 500 server_error.
 #pragma once
@@ -32,6 +33,8 @@ struct ApiError {
   static ApiError NotFound(const std::string& what);
   static ApiError MethodNotAllowed(const std::string& method, const std::string& path);
   static ApiError Unauthorized(std::string message);
+  // 403: an authenticated key asks for something it may not (a request `priority`).
+  static ApiError Forbidden(std::string param, std::string message);
   static ApiError TooLarge(std::string message);
   static ApiError RateLimited(int retry_after_s);
   static ApiError Overloaded(std::string message, int retry_after_s);

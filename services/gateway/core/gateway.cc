@@ -81,26 +81,27 @@ absl::StatusOr<ModelInfo> LoadModelInfo(const GatewayOptions& options) {
   return info;
 }
 
-absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options) {
-  std::vector<std::string> keys;
-  for (const std::string& k : options.api_keys) {
-    if (!k.empty()) keys.push_back(k);
-  }
+absl::StatusOr<std::unique_ptr<ApiKeyStore>> LoadApiKeys(const AuthOptions& options,
+                                                         common::Clock& clock) {
   if (!options.api_keys_file.empty()) {
-    ASSIGN_OR_RETURN(std::string text, common::ReadFile(options.api_keys_file));
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-      absl::string_view key = absl::StripAsciiWhitespace(line);
-      if (key.empty() || key[0] == '#') continue;
-      keys.emplace_back(key);
-    }
-    if (keys.empty()) {
+    if (!options.api_keys.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(options.api_keys_file, ": holds no API key (auth would be off)"));
+          "auth.api_keys: set either api_keys or api_keys_file, not both");
     }
+    return ApiKeyStore::Open(options.api_keys_file, options.api_keys_reload_interval, clock);
   }
-  return keys;
+  if (options.api_keys.empty()) return nullptr;
+  std::vector<ApiKey> keys;
+  for (size_t i = 0; i < options.api_keys.size(); ++i) {
+    absl::StatusOr<common::SecretDigest> digest = common::ParseDigest(options.api_keys[i]);
+    if (!digest.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "auth.api_keys[", i, "]: not a sha256:<64 hex> digest (keys are stored hashed: "
+          "`moe hash-key`)"));
+    }
+    keys.push_back(ApiKey{.name = absl::StrCat("key", i + 1), .digest = *digest});
+  }
+  return ApiKeyStore::FromKeys(std::move(keys), clock);
 }
 
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& options,
@@ -109,7 +110,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& o
   if (model.max_model_len <= 0) {
     return absl::InvalidArgumentError("max_model_len: must be positive");
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> keys, LoadApiKeys(options.auth));
+  ASSIGN_OR_RETURN(std::unique_ptr<ApiKeyStore> keys, LoadApiKeys(options.auth, deps.clock));
   ASSIGN_OR_RETURN(
       std::unique_ptr<PromptBuilder> prompts,
       PromptBuilder::Create(deps.tokenizer, options.fallback_chat_template, deps.clock));
@@ -136,14 +137,14 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& o
 }
 
 Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
-                 std::optional<GatewayVoiceDeps> voice, std::vector<std::string> api_keys,
+                 std::optional<GatewayVoiceDeps> voice, std::unique_ptr<ApiKeyStore> api_keys,
                  std::unique_ptr<PromptBuilder> prompts,
                  std::unique_ptr<grammar::GrammarCache> grammar, ToolCallFormat tool_format)
     : options_(options),
       model_(model),
       deps_(deps),
       voice_(voice),
-      api_keys_(api_keys.begin(), api_keys.end()),
+      api_keys_(std::move(api_keys)),
       prompts_(std::move(prompts)),
       grammar_(std::move(grammar)),
       tool_format_(tool_format),
@@ -265,9 +266,10 @@ CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> wr
   return nullptr;
 }
 
-std::optional<ApiError> Gateway::CheckAccess(const HttpRequest& request) {
-  std::string key;
-  if (!api_keys_.empty()) {
+std::optional<ApiError> Gateway::CheckAccess(const HttpRequest& request,
+                                             std::shared_ptr<const ApiKey>* key_out) {
+  std::shared_ptr<const ApiKey> key;
+  if (api_keys_ != nullptr) {
     absl::string_view auth = absl::StripAsciiWhitespace(request.authorization);
     if (auth.empty()) {
       return ApiError::Unauthorized(
@@ -276,16 +278,25 @@ std::optional<ApiError> Gateway::CheckAccess(const HttpRequest& request) {
     if (!absl::ConsumePrefix(&auth, "Bearer ") && !absl::ConsumePrefix(&auth, "bearer ")) {
       return ApiError::Unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.");
     }
-    key = std::string(absl::StripAsciiWhitespace(auth));
-    if (!api_keys_.contains(key)) return ApiError::Unauthorized("Incorrect API key provided.");
+    const absl::string_view presented = absl::StripAsciiWhitespace(auth);
+    key = api_keys_->Find(std::string_view(presented.data(), presented.size()));
+    if (key == nullptr) return ApiError::Unauthorized("Incorrect API key provided.");
   }
+  // Buckets by key name (the key itself is never kept), else by client address.
   const std::string bucket =
-      key.empty() ? absl::StrCat("client:", request.client) : absl::StrCat("key:", key);
-  const absl::Duration wait = rate_limiter_.TryAcquire(bucket);
+      key == nullptr ? absl::StrCat("client:", request.client) : absl::StrCat("key:", key->name);
+  const double rps = key != nullptr && key->limits.rate_limit_rps >= 0
+                         ? key->limits.rate_limit_rps
+                         : options_.limits.rate_limit_rps;
+  const double burst = key != nullptr && key->limits.rate_limit_burst >= 0
+                           ? key->limits.rate_limit_burst
+                           : options_.limits.rate_limit_burst;
+  const absl::Duration wait = rate_limiter_.TryAcquire(bucket, rps, burst);
   if (wait > absl::ZeroDuration()) {
     return ApiError::RateLimited(
         std::max(1, static_cast<int>(std::ceil(absl::ToDoubleSeconds(wait)))));
   }
+  if (key_out != nullptr) *key_out = std::move(key);
   return std::nullopt;
 }
 
@@ -354,7 +365,8 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
            "draining");
     return nullptr;
   }
-  if (std::optional<ApiError> e = CheckAccess(http)) {
+  std::shared_ptr<const ApiKey> key;
+  if (std::optional<ApiError> e = CheckAccess(http, &key)) {
     Reject(*writer, *e, e->http_status == 401 ? "auth" : "rate_limit");
     return nullptr;
   }
@@ -406,7 +418,42 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   } else if (options_.default_max_tokens > 0) {
     max_tokens = std::min(max_tokens, options_.default_max_tokens);
   }
+  // Per-key limits: a cap on max_tokens (an explicit request above it is refused; an implicit
+  // one is clamped), and who may set a priority.
+  const char* max_tokens_param =
+      endpoint == Endpoint::kChatCompletions ? "max_completion_tokens" : "max_tokens";
+  if (key != nullptr && key->limits.max_tokens > 0 && max_tokens > key->limits.max_tokens) {
+    if (request.max_tokens) {
+      Reject(*writer,
+             ApiError::InvalidParam(
+                 max_tokens_param,
+                 absl::StrCat("'", max_tokens_param, "' is ", max_tokens, ", above this API key's "
+                              "limit of ", key->limits.max_tokens, " tokens.")),
+             "invalid");
+      return nullptr;
+    }
+    max_tokens = key->limits.max_tokens;
+  }
+  if (request.priority != 0 &&
+      !(key != nullptr ? key->limits.allow_priority
+                       : api_keys_ == nullptr && options_.auth.priority_without_key)) {
+    Reject(*writer,
+           ApiError::Forbidden("priority", "This API key may not set 'priority' (the request's "
+                                           "place in the queue)."),
+           "forbidden");
+    return nullptr;
+  }
+  if (key != nullptr && key->limits.max_concurrency > 0) {
+    if (key->in_flight->fetch_add(1) >= key->limits.max_concurrency) {
+      key->in_flight->fetch_sub(1);
+      Reject(*writer, ApiError::RateLimited(options_.limits.retry_after_s), "rate_limit");
+      return nullptr;
+    }
+  } else if (key != nullptr) {
+    key->in_flight->fetch_add(1);
+  }
   if (!in_flight_.TryAcquire()) {
+    if (key != nullptr) key->in_flight->fetch_sub(1);
     Reject(*writer,
            ApiError::Overloaded("Too many requests in flight; retry later.",
                                 options_.limits.retry_after_s),
@@ -468,8 +515,12 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   generate.constraint = std::move(constraint);
 
   auto session = std::make_shared<CompletionSession>(std::move(params), deps_.tokenizer, writer,
-                                                     deps_.clock, metrics_, [this] {
+                                                     deps_.clock, metrics_,
+                                                     [this, key_in_flight = key != nullptr
+                                                                                ? key->in_flight
+                                                                                : nullptr] {
                                                        in_flight_.Release();
+                                                       if (key_in_flight) key_in_flight->fetch_sub(1);
                                                        metrics_.requests_running.Decrement();
                                                      });
   session->Start(deps_.backend, std::move(generate));

@@ -30,6 +30,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/api_error.h"
 #include "services/gateway/core/audio_endpoints.h"
+#include "services/gateway/core/api_keys.h"
 #include "services/gateway/core/gateway_metrics.h"
 #include "services/gateway/core/gateway_options.h"
 #include "services/gateway/core/generate_backend.h"
@@ -56,7 +57,9 @@ struct ModelInfo {
 absl::StatusOr<ModelInfo> LoadModelInfo(const GatewayOptions& options);
 
 // Keys from options.auth (list and file). kNotFound when the file cannot be read.
-absl::StatusOr<std::vector<std::string>> LoadApiKeys(const AuthOptions& options);
+// The key store of `options` (null when auth is off). Inline keys must be digests.
+absl::StatusOr<std::unique_ptr<ApiKeyStore>> LoadApiKeys(const AuthOptions& options,
+                                                         common::Clock& clock);
 
 // What the gateway borrows; everything must outlive it.
 struct GatewayDeps {
@@ -103,7 +106,7 @@ class Gateway {
 
  private:
   Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
-          std::optional<GatewayVoiceDeps> voice, std::vector<std::string> api_keys,
+          std::optional<GatewayVoiceDeps> voice, std::unique_ptr<ApiKeyStore> api_keys,
           std::unique_ptr<PromptBuilder> prompts, std::unique_ptr<grammar::GrammarCache> grammar,
           ToolCallFormat tool_format);
 
@@ -114,8 +117,10 @@ class Gateway {
   HttpResponse HandleModels() const;
   HttpResponse HandleTokenize(const HttpRequest& request) const;
   HttpResponse HandleDetokenize(const HttpRequest& request) const;
-  // The API key check and the rate limit; nullopt when the request may go on.
-  std::optional<ApiError> CheckAccess(const HttpRequest& request);
+  // The API key check and the rate limit; nullopt when the request may go on. `key` (may be
+  // null) receives the caller's key when auth is on.
+  std::optional<ApiError> CheckAccess(const HttpRequest& request,
+                                      std::shared_ptr<const ApiKey>* key = nullptr);
   std::optional<ApiError> CheckPromptIds(const CompletionRequest& request,
                                          const std::vector<int32_t>& prompt) const;
   void Reply(ResponseWriter& writer, HttpResponse response);
@@ -127,7 +132,7 @@ class Gateway {
   const ModelInfo model_;
   const GatewayDeps deps_;
   const std::optional<GatewayVoiceDeps> voice_;
-  const absl::flat_hash_set<std::string> api_keys_;
+  const std::unique_ptr<ApiKeyStore> api_keys_;  // null: auth off
   const std::unique_ptr<PromptBuilder> prompts_;
   const std::unique_ptr<grammar::GrammarCache> grammar_;
   const ToolCallFormat tool_format_;

@@ -47,12 +47,20 @@ void LimitOptions::Describe(config::Schema<LimitOptions>& s) {
 }
 
 void AuthOptions::Describe(config::Schema<AuthOptions>& s) {
-  s.Add("api_keys", &AuthOptions::api_keys, "accepted Bearer API keys; empty = auth off");
-  s.Add("api_keys_file", &AuthOptions::api_keys_file, "file of API keys, one per line");
+  s.Add("api_keys", &AuthOptions::api_keys,
+        "accepted API keys as sha256:<hex> digests (moe hash-key); empty = auth off");
+  s.Add("api_keys_file", &AuthOptions::api_keys_file,
+        "file of API key digests with per-key limits, one a line; reloaded on change");
+  s.Add("api_keys_reload_interval", &AuthOptions::api_keys_reload_interval,
+        "how often the key file is checked for a change")
+      .Range(absl::Milliseconds(10), absl::Hours(1));
+  s.Add("priority_without_key", &AuthOptions::priority_without_key,
+        "honour request priority when auth is off");
 }
 
 void RoutingOptions::Describe(config::Schema<RoutingOptions>& s) {
   s.Add("routers", &RoutingOptions::routers, "router gRPC targets host:port");
+  s.Section("channel", &RoutingOptions::channel);
   s.Add("block_size", &RoutingOptions::block_size, "routers' KV block size").Range(1, 4096);
   s.Add("kv_dtype", &RoutingOptions::kv_dtype, "routers' KV dtype")
       .Require([](const std::string& v) { return v == "f32" || v == "bf16" || v == "f16"; },

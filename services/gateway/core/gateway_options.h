@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/config/schema.h"
 #include "common/grammar/grammar_cache.h"
+#include "common/grpc/options.h"
 
 namespace moe::gateway {
 
@@ -48,9 +49,17 @@ struct LimitOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// API keys (core/api_keys.h): stored as SHA-256 digests, never in plaintext.
 struct AuthOptions {
-  std::vector<std::string> api_keys;  // accepted Bearer tokens; empty (and no file) = auth off
-  std::string api_keys_file;          // one key per line ('#' comments)
+  // Accepted keys as digests ("sha256:<hex>", from `moe hash-key`), with the gateway's default
+  // limits; empty (and no file) = auth off.
+  std::vector<std::string> api_keys;
+  // Key file: one digest a line with per-key limits (core/api_keys.h); reloaded on change.
+  std::string api_keys_file;
+  absl::Duration api_keys_reload_interval = absl::Seconds(5);
+  // Without auth there is no key to allow a request `priority`: honour it anyway? (A local
+  // cluster, a trusted network.) Otherwise a non-zero priority without an allowing key is 403.
+  bool priority_without_key = false;
 
   static void Describe(common::config::Schema<AuthOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }
@@ -66,6 +75,9 @@ struct RoutingOptions {
   absl::Duration stats_interval = absl::Milliseconds(500);  // GetStats polling
   absl::Duration connect_timeout = absl::Seconds(2);
   int32_t max_attempts = 3;  // routers tried before the first token
+  // How the gateway dials the routers: TLS / mTLS (the gateway's client certificate) or a
+  // token file (common/grpc/auth.h).
+  common::rpc::ChannelOptions channel;
 
   static void Describe(common::config::Schema<RoutingOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }

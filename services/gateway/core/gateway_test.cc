@@ -1,5 +1,6 @@
 #include "services/gateway/core/gateway.h"
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/secret.h"
 #include "common/metrics/registry.h"
+#include "common/testing/free_port.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -202,7 +205,7 @@ TEST_F(GatewayTest, BadInputGetsTheRightStatusAndErrorJson) {
 
 TEST_F(GatewayTest, ApiKeysAreCheckedWhenConfigured) {
   GatewayOptions options;
-  options.auth.api_keys = {"sk-good"};
+  options.auth.api_keys = {common::FormatDigest(common::DigestOf("sk-good"))};
   Init({}, options);
   const std::string body = R"({"model":"tiny","prompt":"x","max_tokens":1})";
   EXPECT_EQ(Call("POST", "/v1/completions", body).status, 401);
@@ -212,6 +215,125 @@ TEST_F(GatewayTest, ApiKeysAreCheckedWhenConfigured) {
   EXPECT_EQ(Call("POST", "/v1/completions", body, "Bearer sk-good").status, 200);
   EXPECT_EQ(Call("GET", "/v1/models", "", "").status, 401);
   EXPECT_EQ(Call("GET", "/healthz").status, 200);  // probes need no key
+}
+
+TEST_F(GatewayTest, PlaintextKeysInTheConfigAreRefusedWithoutBeingEchoed) {
+  GatewayOptions options;
+  options.model_dir = "/unused";
+  options.auth.api_keys = {"sk-live-plaintext"};
+  backend_ = std::make_unique<FakeBackend>(FakeBackendOptions{});
+  auto gw = Gateway::Create(options, ModelInfo{"tiny", 256, 0},
+                            GatewayDeps{*tokenizer_, *backend_, clock_, registry_});
+  ASSERT_FALSE(gw.ok());
+  EXPECT_THAT(gw.status().message(), HasSubstr("moe hash-key"));
+  EXPECT_THAT(std::string(gw.status().message()), ::testing::Not(HasSubstr("sk-live")));
+}
+
+// The key file: several keys, each with its limits, reloaded when it changes.
+class GatewayKeyFileTest : public GatewayTest {
+ protected:
+  void SetUp() override {
+    dir_ = common::testing::MakeTempDir("gateway_keys");
+    file_ = dir_ + "/api-keys";
+  }
+  void Write(const std::string& text) { std::ofstream(file_, std::ios::trunc) << text; }
+  static std::string Line(const std::string& key, const std::string& opts) {
+    return common::FormatDigest(common::DigestOf(key)) + " " + opts + "\n";
+  }
+  void InitWithFile(FakeBackendOptions fb = {}) {
+    GatewayOptions options;
+    options.auth.api_keys_file = file_;
+    options.auth.api_keys_reload_interval = absl::Seconds(5);
+    Init(std::move(fb), options);
+  }
+  Answer As(const std::string& key, const std::string& body) {
+    return Call("POST", "/v1/completions", body, "Bearer " + key);
+  }
+  std::string dir_, file_;
+};
+
+TEST_F(GatewayKeyFileTest, EachKeyHasItsOwnLimits) {
+  Write("# two teams\n" + Line("sk-a", "name=team-a rps=1 burst=1 max_tokens=4") +
+        Line("sk-ops", "name=ops priority=true"));
+  InitWithFile();
+  EXPECT_EQ(As("sk-a", R"({"model":"tiny","prompt":"x","max_tokens":4})").status, 200);
+  // team-a's bucket is spent; ops has the gateway's default (no limit).
+  EXPECT_EQ(As("sk-a", R"({"model":"tiny","prompt":"x","max_tokens":1})").status, 429);
+  EXPECT_EQ(As("sk-ops", R"({"model":"tiny","prompt":"x","max_tokens":1})").status, 200);
+  clock_.Advance(absl::Seconds(1));
+  Answer over = As("sk-a", R"({"model":"tiny","prompt":"x","max_tokens":5})");
+  EXPECT_EQ(over.status, 400);
+  EXPECT_THAT(over.body, HasSubstr("limit of 4 tokens"));
+  clock_.Advance(absl::Seconds(1));
+  // Without max_tokens the key's cap applies.
+  EXPECT_EQ(As("sk-a", R"({"model":"tiny","prompt":"x"})").status, 200);
+  EXPECT_EQ(backend_->last_request().sampling.max_tokens, 4);
+  // Only ops may set a priority.
+  clock_.Advance(absl::Seconds(1));
+  Answer jump = As("sk-a", R"({"model":"tiny","prompt":"x","max_tokens":1,"priority":-5})");
+  EXPECT_EQ(jump.status, 403);
+  EXPECT_EQ(Json::parse(jump.body)["error"]["param"], "priority");
+  EXPECT_EQ(As("sk-ops", R"({"model":"tiny","prompt":"x","max_tokens":1,"priority":-5})").status,
+            200);
+  EXPECT_EQ(backend_->last_request().priority, -5);
+}
+
+TEST_F(GatewayKeyFileTest, PerKeyConcurrencyIsBounded) {
+  Write(Line("sk-a", "name=a concurrency=1") + Line("sk-b", "name=b"));
+  FakeBackendOptions fb;
+  fb.hold_after_tokens = 1;
+  InitWithFile(fb);
+  auto held = std::make_shared<RecordingWriter>();
+  gateway_->Handle(HttpRequest{"POST", "/v1/completions", "Bearer sk-a", "c",
+                               R"({"model":"tiny","prompt":"abc","max_tokens":3})"},
+                   held);
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(10)));
+  Answer second = As("sk-a", R"({"model":"tiny","prompt":"x","max_tokens":1})");
+  EXPECT_EQ(second.status, 429);
+  backend_->Release();
+  held->Wait();
+  EXPECT_EQ(held->status(), 200);
+  EXPECT_EQ(As("sk-a", R"({"model":"tiny","prompt":"x","max_tokens":1})").status, 200);
+}
+
+TEST_F(GatewayKeyFileTest, TheFileIsReloadedWithoutARestart) {
+  Write(Line("sk-old", "name=old"));
+  InitWithFile();
+  const std::string body = R"({"model":"tiny","prompt":"x","max_tokens":1})";
+  EXPECT_EQ(As("sk-old", body).status, 200);
+  EXPECT_EQ(As("sk-new", body).status, 401);
+  Write(Line("sk-new", "name=new"));
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(As("sk-new", body).status, 200);
+  EXPECT_EQ(As("sk-old", body).status, 401);  // revoked
+  // A broken file keeps the last good table.
+  Write("sk-pasted-in-plaintext\n");
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(As("sk-new", body).status, 200);
+}
+
+TEST(ApiKeyFileTest, BadLinesNameTheLineAndNeverEchoIt) {
+  absl::StatusOr<std::vector<ApiKey>> keys = ParseApiKeyFile("# c\nsk-live-123 name=x\n");
+  ASSERT_FALSE(keys.ok());
+  EXPECT_THAT(keys.status().message(), HasSubstr("line 2"));
+  EXPECT_THAT(std::string(keys.status().message()), ::testing::Not(HasSubstr("sk-live")));
+  const std::string d = common::FormatDigest(common::DigestOf("k"));
+  EXPECT_THAT(ParseApiKeyFile(d + " rps=fast\n").status().message(), HasSubstr("bad value for rps"));
+  EXPECT_THAT(ParseApiKeyFile(d + " colour=red\n").status().message(), HasSubstr("unknown option"));
+  EXPECT_THAT(ParseApiKeyFile(d + "\n" + d + "\n").status().message(), HasSubstr("same key"));
+  EXPECT_THAT(ParseApiKeyFile("# only comments\n").status().message(), HasSubstr("no key"));
+}
+
+TEST_F(GatewayTest, PriorityIsRefusedWithoutAKeyThatAllowsIt) {
+  Init();
+  Answer jump = Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1,"priority":3})");
+  EXPECT_EQ(jump.status, 403);
+  GatewayOptions trusted;
+  trusted.auth.priority_without_key = true;
+  Init({}, trusted);
+  EXPECT_EQ(Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1,"priority":3})")
+                .status,
+            200);
 }
 
 TEST_F(GatewayTest, RateLimitAnswers429WithRetryAfter) {

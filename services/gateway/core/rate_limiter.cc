@@ -13,23 +13,33 @@ RateLimiter::RateLimiter(double rate_per_s, double burst, common::Clock& clock, 
       max_keys_(std::max<size_t>(2, max_keys)) {}
 
 absl::Duration RateLimiter::TryAcquire(const std::string& key) {
-  if (rate_per_s_ <= 0) return absl::ZeroDuration();
+  return TryAcquire(key, rate_per_s_, burst_);
+}
+
+absl::Duration RateLimiter::TryAcquire(const std::string& key, double rate_per_s, double burst) {
+  if (rate_per_s <= 0) return absl::ZeroDuration();
+  burst = std::max(1.0, burst);
   const absl::Time now = clock_.Now();
   absl::MutexLock lock(&mu_);
   auto it = buckets_.find(key);
   if (it == buckets_.end()) {
-    if (buckets_.size() >= max_keys_) EvictLocked(now);
-    it = buckets_.emplace(key, Bucket{burst_, now}).first;
+    if (buckets_.size() >= max_keys_) {
+      const absl::Duration wait = EvictLocked(now);
+      if (buckets_.size() >= max_keys_) return wait;
+    }
+    it = buckets_.emplace(key, Bucket{burst, now, rate_per_s, burst}).first;
   }
   Bucket& b = it->second;
+  b.rate_per_s = rate_per_s;  // a reloaded key file may change them
+  b.burst = burst;
   const double elapsed_s = std::max(0.0, absl::ToDoubleSeconds(now - b.last));
-  b.tokens = std::min(burst_, b.tokens + elapsed_s * rate_per_s_);
+  b.tokens = std::min(burst, b.tokens + elapsed_s * rate_per_s);
   b.last = now;
   if (b.tokens >= 1.0) {
     b.tokens -= 1.0;
     return absl::ZeroDuration();
   }
-  return absl::Seconds((1.0 - b.tokens) / rate_per_s_);
+  return absl::Seconds((1.0 - b.tokens) / rate_per_s);
 }
 
 size_t RateLimiter::num_keys() const {
@@ -37,17 +47,17 @@ size_t RateLimiter::num_keys() const {
   return buckets_.size();
 }
 
-void RateLimiter::EvictLocked(absl::Time now) {
-  // Full buckets carry no state; drop them first, then the stalest half.
-  const absl::Duration refill = absl::Seconds(burst_ / rate_per_s_);
-  absl::erase_if(buckets_, [&](const auto& kv) { return now - kv.second.last >= refill; });
-  if (buckets_.size() < max_keys_) return;
-  std::vector<absl::Time> times;
-  times.reserve(buckets_.size());
-  for (const auto& [key, b] : buckets_) times.push_back(b.last);
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  const absl::Time cutoff = times[times.size() / 2];
-  absl::erase_if(buckets_, [&](const auto& kv) { return kv.second.last <= cutoff; });
+absl::Duration RateLimiter::EvictLocked(absl::Time now) {
+  absl::Duration soonest = absl::InfiniteDuration();
+  absl::erase_if(buckets_, [&](const auto& kv) {
+    const Bucket& b = kv.second;
+    const double full_at_s = (b.burst - b.tokens) / b.rate_per_s;
+    const absl::Duration left = absl::Seconds(full_at_s) - (now - b.last);
+    if (left <= absl::ZeroDuration()) return true;
+    soonest = std::min(soonest, left);
+    return false;
+  });
+  return soonest == absl::InfiniteDuration() ? absl::ZeroDuration() : soonest;
 }
 
 bool InFlightLimiter::TryAcquire() {

@@ -15,8 +15,10 @@
 namespace moe::gateway {
 
 // A token bucket per key: `rate_per_s` tokens refill per second up to `burst`; each request
-// takes one. Keys idle long enough to refill completely are forgotten (bounded memory: at most
-// max_keys buckets; past that the stalest half is dropped).
+// takes one. Memory is bounded by max_keys buckets. When the table is full, only buckets that
+// have refilled completely are forgotten (they carry no state: a new bucket starts full); if
+// none has, a new key is refused until one has, so a flood of new client addresses can neither
+// grow memory nor reset the limits of the clients already known.
 //
 // Thread-safe. The clock must outlive the limiter.
 class RateLimiter {
@@ -27,6 +29,8 @@ class RateLimiter {
   // Takes one token for `key`. Returns absl::ZeroDuration() when allowed, else how long until
   // a token is available (> 0); nothing is taken then.
   absl::Duration TryAcquire(const std::string& key);
+  // The same with the key's own rate and burst (an API key's limits); rate_per_s <= 0: no limit.
+  absl::Duration TryAcquire(const std::string& key, double rate_per_s, double burst);
 
   bool enabled() const { return rate_per_s_ > 0; }
   size_t num_keys() const;
@@ -35,8 +39,11 @@ class RateLimiter {
   struct Bucket {
     double tokens = 0;
     absl::Time last;
+    double rate_per_s = 0;
+    double burst = 1;
   };
-  void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the buckets that refilled; returns how long until one will have, when none did.
+  absl::Duration EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const double rate_per_s_;
   const double burst_;

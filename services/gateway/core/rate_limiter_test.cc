@@ -53,6 +53,34 @@ TEST(RateLimiterTest, KeyCountStaysBounded) {
   EXPECT_LE(limiter.num_keys(), 8u);
 }
 
+// A flood of new addresses used to evict the stalest half of all buckets, resetting the limits
+// of clients that had spent theirs. Now only refilled buckets go, and new keys wait.
+TEST(RateLimiterTest, AFloodOfNewKeysCannotResetAKnownClientsLimit) {
+  FakeClock clock;
+  RateLimiter limiter(1, 2, clock, /*max_keys=*/4);
+  EXPECT_EQ(limiter.TryAcquire("victim"), absl::ZeroDuration());
+  EXPECT_EQ(limiter.TryAcquire("victim"), absl::ZeroDuration());
+  EXPECT_GT(limiter.TryAcquire("victim"), absl::ZeroDuration());  // spent
+  int refused = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (limiter.TryAcquire("flood" + std::to_string(i)) > absl::ZeroDuration()) ++refused;
+  }
+  EXPECT_EQ(refused, 97);  // 3 slots were free; the rest wait
+  EXPECT_GT(limiter.TryAcquire("victim"), absl::ZeroDuration());  // still spent
+  EXPECT_LE(limiter.num_keys(), 4u);
+  // Once buckets refill they carry no state and make room.
+  clock.Advance(absl::Seconds(3));
+  EXPECT_EQ(limiter.TryAcquire("late"), absl::ZeroDuration());
+}
+
+TEST(RateLimiterTest, PerKeyRatesAreTheKeys) {
+  FakeClock clock;
+  RateLimiter limiter(100, 100, clock);
+  EXPECT_EQ(limiter.TryAcquire("slow", 1, 1), absl::ZeroDuration());
+  EXPECT_EQ(limiter.TryAcquire("slow", 1, 1), absl::Seconds(1));
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(limiter.TryAcquire("fast"), absl::ZeroDuration());
+}
+
 TEST(InFlightLimiterTest, BoundsConcurrentRequests) {
   InFlightLimiter limiter(2);
   EXPECT_TRUE(limiter.TryAcquire());
