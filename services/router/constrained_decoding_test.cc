@@ -61,7 +61,7 @@ class ConstrainedDecodingTest : public ::testing::Test {
         RouterServerInfo{.model_name = "tiny",
                          .vocab_size = config.vocab_size,
                          .max_context = config.max_position_embeddings},
-        common::SystemClock::Get());
+        common::SystemClock::Get(), *auth_);
     server_->set_grammar_cache(core_->grammar_cache());
   }
 
@@ -117,6 +117,8 @@ class ConstrainedDecodingTest : public ::testing::Test {
   common::metrics::Registry registry_;
   std::unique_ptr<RouterCore> core_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<common::rpc::Authorizer> auth_ =
+      common::rpc::Authorizer::AllowAll("router", registry_);
   std::unique_ptr<RouterServer> server_;
 };
 
@@ -202,7 +204,7 @@ TEST_F(ConstrainedDecodingTest, ProtoConstraintsCompileOncePerSchemaAndBadOnesAr
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lookaround")));
 
   RouterServer without(core_->scheduler(), RouterServerInfo{.max_context = 4096},
-                       common::SystemClock::Get());
+                       common::SystemClock::Get(), *auth_);
   req.mutable_constraint()->set_regex("abc");
   EXPECT_THAT(without.FromProto(req), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
