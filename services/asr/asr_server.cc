@@ -76,6 +76,9 @@ pb::TranscribeResponse EventToProto(const AsrEvent& e) {
 ::grpc::Status AsrServer::Transcribe(
     ::grpc::ServerContext* context,
     ::grpc::ServerReaderWriter<pb::TranscribeResponse, pb::TranscribeRequest>* stream) {
+  if (auth_ != nullptr) {
+    if (::grpc::Status s = auth_->Check(*context, kTranscribePolicy); !s.ok()) return s;
+  }
   pb::TranscribeRequest request;
   if (!stream->Read(&request)) return ::grpc::Status::OK;  // the client left at once
   if (request.payload_case() != pb::TranscribeRequest::kConfig) {

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "common/grpc/auth.h"
 #include "common/config/schema.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
@@ -40,9 +41,16 @@ struct AsrOptions {
 absl::StatusOr<StreamConfig> StreamConfigFromProto(const moe::asr::v1::RecognitionConfig& config);
 moe::asr::v1::TranscribeResponse EventToProto(const AsrEvent& event);
 
+// Who may call it (common/grpc/auth.h; SECURITY.md): the gateway.
+inline constexpr common::rpc::MethodPolicy kTranscribePolicy{"Transcribe", {common::rpc::Role::kGateway}};
+inline constexpr common::rpc::MethodPolicy kAsrServerPolicies[] = {kTranscribePolicy};
+
 class AsrServer final : public moe::asr::v1::Asr::Service {
  public:
   explicit AsrServer(AsrCore& core) : core_(core) {}
+  // Checks the method's policy with `auth` (main: the Authorizer of grpc.auth). Default: every
+  // caller this server accepts (tests of the core behind it).
+  void SetAuthorizer(const common::rpc::Authorizer& auth) { auth_ = &auth; }
 
   // moe::asr::v1::Asr::Service
   ::grpc::Status Transcribe(
@@ -52,6 +60,7 @@ class AsrServer final : public moe::asr::v1::Asr::Service {
 
  private:
   AsrCore& core_;
+  const common::rpc::Authorizer* auth_ = nullptr;
 };
 
 }  // namespace moe::asr

@@ -11,6 +11,8 @@
 #include "common/base/clock.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/server_runner.h"
+#include "common/grpc/testing/method_policy.h"
+#include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -181,6 +183,26 @@ TEST_F(AsrServerTest, AllDecodersBusyIsResourceExhausted) {
   EXPECT_TRUE(s2->Finish().ok());
   EXPECT_EQ(registry_.Value("moe_asr_rejected_streams_total", {{"reason", "busy"}}).value_or(-1),
             1);
+}
+
+// mTLS with auth: only the gateway may open a stream; plaintext, certificate-less and foreign-CA
+// callers never reach the handler (SECURITY.md).
+TEST_F(AsrServerTest, OnlyTheGatewayIsServed) {
+  common::rpc::testing::ClusterPki pki(common::testing::MakeTempDir("asr_auth"));
+  const common::rpc::ServerOptions grpc = pki.Server();
+  ASSERT_OK_AND_ASSIGN(auto auth, common::rpc::Authorizer::Create(grpc.auth, "asr", registry_,
+                                                                  common::SystemClock::Get()));
+  AsrServer service(*core_);
+  service.SetAuthorizer(*auth);
+  common::rpc::ServerRunner runner(grpc);
+  runner.AddService(&service);
+  ASSERT_OK(runner.Start());
+  const auto* descriptor = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      pb::Asr::service_full_name());
+  ASSERT_NE(descriptor, nullptr);
+  pki.ExpectEveryMethodGuarded(absl::StrCat("127.0.0.1:", runner.port()), *descriptor,
+                               kAsrServerPolicies);
+  runner.Shutdown(absl::Now());
 }
 
 }  // namespace

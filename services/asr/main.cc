@@ -44,6 +44,9 @@ absl::Status Run(int argc, char** argv) {
   if (!pool.ok()) return pool.status();
   asr::AsrCore core(options->core, *std::move(pool), clock, registry);
   asr::AsrServer service(core);
+  auto auth = common::rpc::Authorizer::Create(options->grpc.auth, "asr", registry, clock);
+  if (!auth.ok()) return auth.status();
+  service.SetAuthorizer(**auth);
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::asr::v1::Asr::service_full_name());
   if (absl::Status s = runner.Start(); !s.ok()) return s;

@@ -104,6 +104,10 @@ std::vector<ExpertKey> KeysFromProto(
                                                            const pb::RunExpertsRequest* request,
                                                            pb::RunExpertsResponse* response) {
   ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (::grpc::Status s = Check(*context, kRunExpertsPolicy); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
   engine::ExpertCall call;
   if (::grpc::Status s = BuildCall(*core_, *request, response, &call); !s.ok()) {
     response->Clear();
@@ -120,6 +124,7 @@ std::vector<ExpertKey> KeysFromProto(
 ::grpc::Status ExpertWorkerServer::LoadExperts(::grpc::ServerContext* context,
                                                const pb::LoadExpertsRequest* request,
                                                pb::LoadExpertsResponse* response) {
+  if (::grpc::Status s = Check(*context, kLoadExpertsPolicy); !s.ok()) return s;
   if (request->experts_size() == 0) {
     return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT, "LoadExperts: no experts");
   }
@@ -132,6 +137,7 @@ std::vector<ExpertKey> KeysFromProto(
 ::grpc::Status ExpertWorkerServer::UnloadExperts(::grpc::ServerContext* context,
                                                  const pb::UnloadExpertsRequest* request,
                                                  pb::UnloadExpertsResponse* response) {
+  if (::grpc::Status s = Check(*context, kUnloadExpertsPolicy); !s.ok()) return s;
   FillResident(core_->Unload(KeysFromProto(request->experts())), response);
   return ::grpc::Status::OK;
 }
@@ -139,6 +145,7 @@ std::vector<ExpertKey> KeysFromProto(
 ::grpc::Status ExpertWorkerServer::NegotiateTransport(::grpc::ServerContext* context,
                                                       const pb::NegotiateTransportRequest* request,
                                                       pb::NegotiateTransportResponse* response) {
+  if (::grpc::Status s = Check(*context, kNegotiateTransportPolicy); !s.ok()) return s;
   if (absl::Status s = authorizer_(*context); !s.ok()) return common::rpc::ToGrpcStatus(s);
   auto grpc_only = [response](absl::string_view reason) {
     response->mutable_grpc()->set_reason(std::string(reason));

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "common/grpc/auth.h"
 #include "common/config/schema.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
@@ -55,6 +56,19 @@ struct ExpertWorkerOptions {
 //
 // Thread-safe (gRPC threads call it) once configured: EnableSharedMemory and
 // SetTransportAuthorizer only before the server starts. Borrows `core` (and the ShmServer).
+// Who may call each method (common/grpc/auth.h; SECURITY.md): routers run experts and negotiate
+// the data plane; the admin (moe admin, the operator) loads and unloads them.
+inline constexpr common::rpc::MethodPolicy kRunExpertsPolicy{"RunExperts",
+                                                             {common::rpc::Role::kRouter}};
+inline constexpr common::rpc::MethodPolicy kNegotiateTransportPolicy{
+    "NegotiateTransport", {common::rpc::Role::kRouter}};
+inline constexpr common::rpc::MethodPolicy kLoadExpertsPolicy{"LoadExperts",
+                                                              {common::rpc::Role::kAdmin}};
+inline constexpr common::rpc::MethodPolicy kUnloadExpertsPolicy{"UnloadExperts",
+                                                                {common::rpc::Role::kAdmin}};
+inline constexpr common::rpc::MethodPolicy kExpertWorkerPolicies[] = {
+    kRunExpertsPolicy, kNegotiateTransportPolicy, kLoadExpertsPolicy, kUnloadExpertsPolicy};
+
 class ExpertWorkerServer final
     : public moe::expert_worker::v1::ExpertWorker::WithCallbackMethod_RunExperts<
           moe::expert_worker::v1::ExpertWorker::Service> {
@@ -75,6 +89,9 @@ class ExpertWorkerServer final
   // before shared memory when the caller prefers it so; without a device the offer fails and
   // the caller gets the next data plane, with the reason.
   void EnableNccl(NcclBootstrap& nccl) { nccl_ = &nccl; }
+  // Checks every method's MethodPolicy with `auth` (borrowed; main passes the Authorizer made
+  // from grpc.auth). Default: every caller this server accepts (tests of the core behind it).
+  void SetAuthorizer(const common::rpc::Authorizer& auth) { auth_ = &auth; }
   // Default: every caller this server accepts (its TLS settings apply to the RPC).
   void SetTransportAuthorizer(TransportAuthorizer authorizer) {
     authorizer_ = std::move(authorizer);
@@ -98,7 +115,13 @@ class ExpertWorkerServer final
       moe::expert_worker::v1::NegotiateTransportResponse* response) override;
 
  private:
+  ::grpc::Status Check(const ::grpc::ServerContextBase& context,
+                       const common::rpc::MethodPolicy& policy) const {
+    return auth_ == nullptr ? ::grpc::Status::OK : auth_->Check(context, policy);
+  }
+
   ExpertWorkerCore* const core_;
+  const common::rpc::Authorizer* auth_ = nullptr;
   ShmServer* shm_ = nullptr;       // null: shared memory off
   NcclBootstrap* nccl_ = nullptr;  // null: NCCL off
   std::string boot_id_;

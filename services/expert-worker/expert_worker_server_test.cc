@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/grpc/channel_factory.h"
+#include "common/grpc/testing/method_policy.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
@@ -253,6 +254,31 @@ TEST_F(ExpertWorkerServerTest, NcclOnlyWhenTheCallerPrefersIt) {
   EXPECT_THAT(resp.grpc().reason(), ::testing::HasSubstr("gRPC only"));
   nccl_.WaitIdle();
   EXPECT_EQ(nccl_.num_joined() + nccl_.num_failed(), 0);
+}
+
+// mTLS with auth: routers run experts and negotiate, the admin loads and unloads; plaintext,
+// certificate-less and foreign-CA callers never reach a handler (SECURITY.md).
+TEST_F(ExpertWorkerServerTest, EveryMethodServesOnlyItsRoles) {
+  common::rpc::testing::ClusterPki pki(common::testing::MakeTempDir("expert_worker_auth"));
+  const common::rpc::ServerOptions grpc = pki.Server();
+  ASSERT_OK_AND_ASSIGN(auto auth, common::rpc::Authorizer::Create(grpc.auth, "expert-worker",
+                                                                  registry_,
+                                                                  common::SystemClock::Get()));
+  ExpertWorkerServer service(core_.get());
+  service.SetAuthorizer(*auth);
+  common::rpc::ServerRunner runner(grpc);
+  runner.AddService(&service);
+  ASSERT_OK(runner.Start());
+  const auto* descriptor = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      pb::ExpertWorker::service_full_name());
+  ASSERT_NE(descriptor, nullptr);
+  pki.ExpectEveryMethodGuarded(absl::StrCat("127.0.0.1:", runner.port()), *descriptor,
+                               kExpertWorkerPolicies);
+  EXPECT_THAT(registry_.Value("moe_rpc_refused_total", {{"service", "expert-worker"},
+                                                        {"method", "LoadExperts"},
+                                                        {"code", "PERMISSION_DENIED"}}),
+              common::testing::IsOkAndHolds(2.0));  // the gateway's and the router's
+  runner.Shutdown(absl::Now());
 }
 
 }  // namespace

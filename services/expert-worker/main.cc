@@ -49,6 +49,9 @@ absl::Status Run(int argc, char** argv) {
   auto core = expert_worker::ExpertWorkerCore::Create(options->core, registry, clock);
   if (!core.ok()) return core.status();
   expert_worker::ExpertWorkerServer service(core->get());
+  auto auth = common::rpc::Authorizer::Create(options->grpc.auth, "expert-worker", registry, clock);
+  if (!auth.ok()) return auth.status();
+  service.SetAuthorizer(**auth);
   // The shared-memory data plane for routers on this host (gRPC stays the fallback).
   expert_worker::CoreCallHandler shm_handler(**core);
   std::unique_ptr<expert_worker::ShmServer> shm;

@@ -78,6 +78,10 @@ void ReleaseStorage(void* p) { delete static_cast<std::shared_ptr<const std::str
                                                const ::grpc::ByteBuffer* request,
                                                ::grpc::ByteBuffer* response) {
   ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (::grpc::Status s = Check(*context, kv_policy::kGet); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
   pb::GetRequest req;
   {
     ::grpc::ProtoBufferReader reader(const_cast<::grpc::ByteBuffer*>(request));
@@ -105,8 +109,9 @@ void ReleaseStorage(void* p) { delete static_cast<std::shared_ptr<const std::str
   return reactor;
 }
 
-::grpc::Status KvStoreServer::Put(::grpc::ServerContext*, const pb::PutRequest* request,
+::grpc::Status KvStoreServer::Put(::grpc::ServerContext* context, const pb::PutRequest* request,
                                   pb::PutResponse* response) {
+  if (::grpc::Status s = Check(*context, kv_policy::kPut); !s.ok()) return s;
   if (absl::Status s = core_.CheckFidelity(FromProto(request->fidelity())); !s.ok()) {
     return common::rpc::ToGrpcStatus(s);
   }
@@ -138,8 +143,9 @@ void ReleaseStorage(void* p) { delete static_cast<std::shared_ptr<const std::str
   return ::grpc::Status::OK;
 }
 
-::grpc::Status KvStoreServer::Lookup(::grpc::ServerContext*, const pb::LookupRequest* request,
+::grpc::Status KvStoreServer::Lookup(::grpc::ServerContext* context, const pb::LookupRequest* request,
                                      pb::LookupResponse* response) {
+  if (::grpc::Status s = Check(*context, kv_policy::kLookup); !s.ok()) return s;
   if (absl::Status s = core_.CheckFidelity(FromProto(request->fidelity())); !s.ok()) {
     return common::rpc::ToGrpcStatus(s);
   }
@@ -152,8 +158,9 @@ void ReleaseStorage(void* p) { delete static_cast<std::shared_ptr<const std::str
   return ::grpc::Status::OK;
 }
 
-::grpc::Status KvStoreServer::Stats(::grpc::ServerContext*, const pb::StatsRequest*,
+::grpc::Status KvStoreServer::Stats(::grpc::ServerContext* context, const pb::StatsRequest*,
                                     pb::StatsResponse* response) {
+  if (::grpc::Status s = Check(*context, kv_policy::kStats); !s.ok()) return s;
   const StoreStats s = core_.Stats();
   for (const TierStats& t : s.tiers) {
     pb::TierStats* out = response->add_tiers();
@@ -178,9 +185,10 @@ void ReleaseStorage(void* p) { delete static_cast<std::shared_ptr<const std::str
   return ::grpc::Status::OK;
 }
 
-::grpc::Status KvStoreServer::GetCachedResponse(::grpc::ServerContext*,
+::grpc::Status KvStoreServer::GetCachedResponse(::grpc::ServerContext* context,
                                                 const pb::GetCachedResponseRequest* request,
                                                 pb::GetCachedResponseResponse* response) {
+  if (::grpc::Status s = Check(*context, kv_policy::kGetCachedResponse); !s.ok()) return s;
   absl::StatusOr<kv::BlockHash> key = HashFromBytes(request->key());
   if (!key.ok()) return common::rpc::ToGrpcStatus(key.status());
   std::optional<std::string> value = core_.GetResponse(*key);
@@ -189,9 +197,10 @@ void ReleaseStorage(void* p) { delete static_cast<std::shared_ptr<const std::str
   return ::grpc::Status::OK;
 }
 
-::grpc::Status KvStoreServer::PutCachedResponse(::grpc::ServerContext*,
+::grpc::Status KvStoreServer::PutCachedResponse(::grpc::ServerContext* context,
                                                 const pb::PutCachedResponseRequest* request,
                                                 pb::PutCachedResponseResponse* response) {
+  if (::grpc::Status s = Check(*context, kv_policy::kPutCachedResponse); !s.ok()) return s;
   absl::StatusOr<kv::BlockHash> key = HashFromBytes(request->key());
   if (!key.ok()) return common::rpc::ToGrpcStatus(key.status());
   if (request->value().size() > kMaxResponseValue) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/config/schema.h"
+#include "common/grpc/auth.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
 #include "moe/kv_store/v1/kv_store.grpc.pb.h"
@@ -31,11 +32,31 @@ struct KvStoreOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
-// Thread-safe (gRPC threads call it). Borrows `core`.
+// Who may call each method (common/grpc/auth.h; SECURITY.md): routers store and fetch blocks and
+// responses; routers and the admin read stats.
+namespace kv_policy {
+using common::rpc::MethodPolicy;
+using common::rpc::Role;
+inline constexpr MethodPolicy kPut{"Put", {Role::kRouter}};
+inline constexpr MethodPolicy kGet{"Get", {Role::kRouter}};
+inline constexpr MethodPolicy kLookup{"Lookup", {Role::kRouter}};
+inline constexpr MethodPolicy kStats{"Stats", {Role::kRouter, Role::kAdmin}};
+inline constexpr MethodPolicy kGetCachedResponse{"GetCachedResponse", {Role::kRouter}};
+inline constexpr MethodPolicy kPutCachedResponse{"PutCachedResponse", {Role::kRouter}};
+}  // namespace kv_policy
+inline constexpr common::rpc::MethodPolicy kKvStorePolicies[] = {
+    kv_policy::kPut,   kv_policy::kGet,
+    kv_policy::kLookup, kv_policy::kStats,
+    kv_policy::kGetCachedResponse, kv_policy::kPutCachedResponse};
+
+// Thread-safe (gRPC threads call it). Borrows `core` and the authorizer.
 class KvStoreServer final : public moe::kv_store::v1::KvStore::WithRawCallbackMethod_Get<
                                 moe::kv_store::v1::KvStore::Service> {
  public:
   explicit KvStoreServer(KvStoreCore& core) : core_(core) {}
+  // Checks every method's policy with `auth` (main: the Authorizer of grpc.auth). Default: every
+  // caller this server accepts (tests of the core behind it).
+  void SetAuthorizer(const common::rpc::Authorizer& auth) { auth_ = &auth; }
 
   // Get, answered on the gRPC thread that read the request.
   ::grpc::ServerUnaryReactor* Get(::grpc::CallbackServerContext* context,
@@ -58,7 +79,13 @@ class KvStoreServer final : public moe::kv_store::v1::KvStore::WithRawCallbackMe
                                    moe::kv_store::v1::PutCachedResponseResponse* response) override;
 
  private:
+  ::grpc::Status Check(const ::grpc::ServerContextBase& context,
+                       const common::rpc::MethodPolicy& policy) const {
+    return auth_ == nullptr ? ::grpc::Status::OK : auth_->Check(context, policy);
+  }
+
   KvStoreCore& core_;
+  const common::rpc::Authorizer* auth_ = nullptr;
 };
 
 }  // namespace moe::kv_store

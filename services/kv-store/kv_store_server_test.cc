@@ -13,6 +13,7 @@
 #include "common/base/clock.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/server_runner.h"
+#include "common/grpc/testing/method_policy.h"
 #include "common/metrics/registry.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
@@ -238,6 +239,29 @@ TEST_F(KvStoreServerTest, CachedResponsesRoundTrip) {
   grpc::ClientContext c3;
   EXPECT_EQ(stub_->GetCachedResponse(&c3, get, &gresp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// mTLS with auth: only routers store and fetch; routers and the admin read stats; plaintext,
+// certificate-less and foreign-CA callers never reach a handler (SECURITY.md).
+TEST_F(KvStoreServerTest, EveryMethodServesOnlyItsRoles) {
+  common::rpc::testing::ClusterPki pki(common::testing::MakeTempDir("kv_store_auth"));
+  const common::rpc::ServerOptions grpc = pki.Server();
+  ASSERT_OK_AND_ASSIGN(auto auth, common::rpc::Authorizer::Create(grpc.auth, "kv-store", registry_,
+                                                                  common::SystemClock::Get()));
+  KvStoreServer service(*core_);
+  service.SetAuthorizer(*auth);
+  common::rpc::ServerRunner runner(grpc);
+  runner.AddService(&service);
+  ASSERT_OK(runner.Start());
+  const auto* descriptor = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      pb::KvStore::service_full_name());
+  ASSERT_NE(descriptor, nullptr);
+  pki.ExpectEveryMethodGuarded(absl::StrCat("127.0.0.1:", runner.port()), *descriptor,
+                               kKvStorePolicies);
+  EXPECT_THAT(registry_.Value("moe_rpc_refused_total",
+                              {{"service", "kv-store"}, {"method", "Get"}, {"code", "PERMISSION_DENIED"}}),
+              common::testing::IsOkAndHolds(2.0));  // the gateway's and the admin's
+  runner.Shutdown(absl::Now());
 }
 
 }  // namespace

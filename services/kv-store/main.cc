@@ -40,6 +40,9 @@ absl::Status Run(int argc, char** argv) {
   auto core = kv_store::KvStoreCore::Create(options->core, registry, clock);
   if (!core.ok()) return core.status();
   kv_store::KvStoreServer service(**core);
+  auto auth = common::rpc::Authorizer::Create(options->grpc.auth, "kv-store", registry, clock);
+  if (!auth.ok()) return auth.status();
+  service.SetAuthorizer(**auth);
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::kv_store::v1::KvStore::service_full_name());
   if (absl::Status s = runner.Start(); !s.ok()) return s;

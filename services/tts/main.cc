@@ -43,6 +43,9 @@ absl::Status Run(int argc, char** argv) {
   }
   tts::TtsCore core(options->core, **synthesizer, clock, registry);
   tts::TtsServer service(core);
+  auto auth = common::rpc::Authorizer::Create(options->grpc.auth, "tts", registry, clock);
+  if (!auth.ok()) return auth.status();
+  service.SetAuthorizer(**auth);
   common::rpc::ServerRunner runner(options->grpc);
   runner.AddService(&service, moe::tts::v1::Tts::service_full_name());
   if (absl::Status s = runner.Start(); !s.ok()) return s;

@@ -8,6 +8,9 @@ namespace pb = ::moe::tts::v1;
 ::grpc::Status TtsServer::Synthesize(
     ::grpc::ServerContext* context,
     ::grpc::ServerReaderWriter<pb::SynthesizeResponse, pb::SynthesizeRequest>* stream) {
+  if (auth_ != nullptr) {
+    if (::grpc::Status s = auth_->Check(*context, kSynthesizePolicy); !s.ok()) return s;
+  }
   pb::SynthesizeRequest request;
   if (!stream->Read(&request)) return ::grpc::Status::OK;
   if (request.payload_case() != pb::SynthesizeRequest::kConfig) {

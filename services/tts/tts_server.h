@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "common/grpc/auth.h"
 #include "common/config/schema.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
@@ -35,9 +36,16 @@ struct TtsOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// Who may call it (common/grpc/auth.h; SECURITY.md): the gateway.
+inline constexpr common::rpc::MethodPolicy kSynthesizePolicy{"Synthesize", {common::rpc::Role::kGateway}};
+inline constexpr common::rpc::MethodPolicy kTtsServerPolicies[] = {kSynthesizePolicy};
+
 class TtsServer final : public moe::tts::v1::Tts::Service {
  public:
   explicit TtsServer(TtsCore& core) : core_(core) {}
+  // Checks the method's policy with `auth` (main: the Authorizer of grpc.auth). Default: every
+  // caller this server accepts (tests of the core behind it).
+  void SetAuthorizer(const common::rpc::Authorizer& auth) { auth_ = &auth; }
 
   // moe::tts::v1::Tts::Service
   ::grpc::Status Synthesize(
@@ -47,6 +55,7 @@ class TtsServer final : public moe::tts::v1::Tts::Service {
 
  private:
   TtsCore& core_;
+  const common::rpc::Authorizer* auth_ = nullptr;
 };
 
 }  // namespace moe::tts

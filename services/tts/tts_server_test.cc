@@ -11,6 +11,8 @@
 #include "common/base/clock.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/server_runner.h"
+#include "common/grpc/testing/method_policy.h"
+#include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -151,6 +153,26 @@ TEST_F(TtsServerTest, BadStreamsGetInvalidArgument) {
   Result empty = Synthesize(plain, {});
   EXPECT_TRUE(empty.status.ok());
   EXPECT_EQ(empty.bytes(), 0u);
+}
+
+// mTLS with auth: only the gateway may open a stream; plaintext, certificate-less and foreign-CA
+// callers never reach the handler (SECURITY.md).
+TEST_F(TtsServerTest, OnlyTheGatewayIsServed) {
+  common::rpc::testing::ClusterPki pki(common::testing::MakeTempDir("tts_auth"));
+  const common::rpc::ServerOptions grpc = pki.Server();
+  ASSERT_OK_AND_ASSIGN(auto auth, common::rpc::Authorizer::Create(grpc.auth, "tts", *registry_,
+                                                                  common::SystemClock::Get()));
+  TtsServer service(*core_);
+  service.SetAuthorizer(*auth);
+  common::rpc::ServerRunner runner(grpc);
+  runner.AddService(&service);
+  ASSERT_OK(runner.Start());
+  const auto* descriptor = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      pb::Tts::service_full_name());
+  ASSERT_NE(descriptor, nullptr);
+  pki.ExpectEveryMethodGuarded(absl::StrCat("127.0.0.1:", runner.port()), *descriptor,
+                               kTtsServerPolicies);
+  runner.Shutdown(absl::Now());
 }
 
 }  // namespace
