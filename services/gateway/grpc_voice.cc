@@ -193,10 +193,10 @@ struct Targets {
 
 template <typename Service>
 absl::StatusOr<std::unique_ptr<Targets<typename Service::Stub>>> Connect(
-    const std::vector<std::string>& targets) {
+    const std::vector<std::string>& targets, const common::rpc::ChannelOptions& channel_options) {
   auto out = std::make_unique<Targets<typename Service::Stub>>();
   for (const std::string& t : targets) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = common::rpc::CreateChannel(t);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = common::rpc::CreateChannel(t, channel_options);
     if (!channel.ok()) return channel.status();
     out->stubs.push_back(Service::NewStub(*channel));
   }
@@ -375,13 +375,13 @@ class GrpcTtsClient final : public TtsClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AsrClient>> CreateGrpcAsrClient(const VoiceClientOptions& options) {
-  auto targets = Connect<asr_pb::Asr>(options.targets);
+  auto targets = Connect<asr_pb::Asr>(options.targets, options.channel);
   if (!targets.ok()) return targets.status();
   return std::unique_ptr<AsrClient>(new GrpcAsrClient(options, *std::move(targets)));
 }
 
 absl::StatusOr<std::unique_ptr<TtsClient>> CreateGrpcTtsClient(const VoiceClientOptions& options) {
-  auto targets = Connect<tts_pb::Tts>(options.targets);
+  auto targets = Connect<tts_pb::Tts>(options.targets, options.channel);
   if (!targets.ok()) return targets.status();
   return std::unique_ptr<TtsClient>(new GrpcTtsClient(options, *std::move(targets)));
 }

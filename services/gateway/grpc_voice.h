@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/grpc/options.h"
 #include "services/gateway/core/voice_backend.h"
 
 namespace moe::gateway {
@@ -21,6 +22,7 @@ namespace moe::gateway {
 struct VoiceClientOptions {
   std::vector<std::string> targets;  // "host:port" of the service's replicas; empty = none
   int64_t max_queued_bytes = 8 << 20;
+  common::rpc::ChannelOptions channel;  // TLS / mTLS / token (common/grpc/auth.h)
 };
 
 // With no targets, `configured()` is false and every call ends at once with kUnavailable.

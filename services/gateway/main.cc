@@ -64,10 +64,14 @@ absl::Status Run(int argc, char** argv) {
   if (!backend.ok()) return backend.status();
   // Voice: the asr and tts services (without targets the voice endpoints answer 503).
   auto asr = gateway::CreateGrpcAsrClient(
-      {.targets = options->voice.asr, .max_queued_bytes = options->voice.max_queued_bytes});
+      {.targets = options->voice.asr,
+       .max_queued_bytes = options->voice.max_queued_bytes,
+       .channel = options->voice.channel});
   if (!asr.ok()) return asr.status();
   auto tts = gateway::CreateGrpcTtsClient(
-      {.targets = options->voice.tts, .max_queued_bytes = options->voice.max_queued_bytes});
+      {.targets = options->voice.tts,
+       .max_queued_bytes = options->voice.max_queued_bytes,
+       .channel = options->voice.channel});
   if (!tts.ok()) return tts.status();
   gateway::ThreadTimerQueue timers(clock);
   auto gw = gateway::Gateway::Create(*options, *model,

@@ -77,7 +77,9 @@ int Usage(const std::string& why) {
                "       moe admin coordinate --routers HOST:PORT[,...] [--threshold 0.8] "
                "[--interval 30s] [--window 60s] [--sustain 3] [--min-tokens 1000] "
                "[--cooldown 300s] [--slots N] [--min-improvement 0.02] [--dry-run] [--once] "
-               "[--timeout 60s] [--metrics-port P] [--metrics-host H]\n",
+               "[--timeout 60s] [--metrics-port P] [--metrics-host H]\n"
+               "  every action: [--tls-ca F] [--tls-cert F --tls-key F] [--tls-server-name N] "
+               "[--token-file F]\n",
                why.c_str());
   return 2;
 }
@@ -196,6 +198,21 @@ nlohmann::json DecisionJson(const router::CoordinatorDecision& d) {
   return j;
 }
 
+// The channel every action dials routers and workers with: TLS / mTLS (--tls-ca, --tls-cert,
+// --tls-key, --tls-server-name) or a bearer token (--token-file), as the cluster's grpc.auth
+// expects of the admin role (SECURITY.md). No flag: plaintext.
+common::rpc::ChannelOptions AdminChannel(const Args& args) {
+  common::rpc::ChannelOptions o;
+  o.tls.ca_file = args.GetOr("tls-ca", "");
+  o.tls.cert_file = args.GetOr("tls-cert", "");
+  o.tls.key_file = args.GetOr("tls-key", "");
+  o.tls.server_name_override = args.GetOr("tls-server-name", "");
+  o.tls.enabled = !o.tls.ca_file.empty() || !o.tls.cert_file.empty() ||
+                  !o.tls.server_name_override.empty();
+  o.token_file = args.GetOr("token-file", "");
+  return o;
+}
+
 int RunCoordinate(const Args& args, const std::vector<std::string>& routers,
                   absl::Duration timeout) {
   router::RecalibrationCoordinatorOptions o;
@@ -254,7 +271,8 @@ int RunCoordinate(const Args& args, const std::vector<std::string>& routers,
     std::printf("{\"event\":\"listening\",\"metrics\":%d}\n", metrics->port());
     std::fflush(stdout);
   }
-  GrpcRecalibrationTransport transport(routers, {.timeout = timeout});
+  GrpcRecalibrationTransport transport(routers,
+                                       {.timeout = timeout, .channel = AdminChannel(args)});
   if (auto s = transport.Connect(); !s.ok()) {
     std::fprintf(stderr, "moe admin: %s\n", s.ToString().c_str());
     return 1;
@@ -286,7 +304,8 @@ int RunAdmin(const Args& /*parsed*/, const std::vector<std::string>& argv) {
     return Usage("give one action: calibrate-router | stats | coordinate");
   }
   const std::string action = args->positional()[0];
-  std::vector<std::string> known = {"routers", "window", "timeout"};
+  std::vector<std::string> known = {"routers",  "window",   "timeout",        "tls-ca",
+                                    "tls-cert", "tls-key", "tls-server-name", "token-file"};
   if (action == "calibrate-router") {
     known.insert(known.end(), {"slots", "dry-run"});
   } else if (action == "coordinate") {
@@ -314,7 +333,8 @@ int RunAdmin(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   }
   auto slots = args->GetInt("slots", 0);
   if (!slots.ok() || *slots < 0) return Usage("--slots must be >= 0");
-  GrpcRecalibrationTransport transport(routers, {.timeout = timeout});
+  GrpcRecalibrationTransport transport(routers,
+                                       {.timeout = timeout, .channel = AdminChannel(*args)});
   if (auto s = transport.Connect(); !s.ok()) {
     std::fprintf(stderr, "moe admin: %s\n", s.ToString().c_str());
     return 1;

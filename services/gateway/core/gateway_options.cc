@@ -104,6 +104,7 @@ void RealtimeOptions::Describe(config::Schema<RealtimeOptions>& s) {
 void VoiceOptions::Describe(config::Schema<VoiceOptions>& s) {
   s.Add("asr", &VoiceOptions::asr, "asr service gRPC targets host:port");
   s.Add("tts", &VoiceOptions::tts, "tts service gRPC targets host:port");
+  s.Section("channel", &VoiceOptions::channel);
   s.Add("transcription_models", &VoiceOptions::transcription_models,
         "model names accepted by /v1/audio/transcriptions besides pocketsphinx");
   s.Add("speech_models", &VoiceOptions::speech_models,

@@ -115,6 +115,8 @@ struct RealtimeOptions {
 struct VoiceOptions {
   std::vector<std::string> asr;  // gRPC targets of the asr service; empty = no transcription
   std::vector<std::string> tts;  // gRPC targets of the tts service; empty = no speech
+  // How the gateway dials asr and tts: TLS / mTLS (its client certificate) or a token file.
+  common::rpc::ChannelOptions channel;
   // Model names accepted in addition to our engines' ("pocketsphinx", "espeak-ng"): the names
   // OpenAI clients send by default.
   std::vector<std::string> transcription_models = {"whisper-1", "gpt-4o-transcribe",
