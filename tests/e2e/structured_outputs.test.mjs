@@ -7,13 +7,13 @@
 // Run by ctest through run_e2e.mjs, which skips (exit 77) when tests/js/node_modules is missing.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { startService as startServiceIn, waitReady } from './services.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, '..', 'js', 'package.json'));
@@ -27,34 +27,7 @@ let client;
 let base;
 const modelId = 'small';
 
-function startService(name, args) {
-  const child = spawn(path.join(binDir, name), args, { stdio: ['ignore', 'pipe', 'inherit'] });
-  procs.push(child);
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name}: no listening line`)), 60000);
-    child.on('exit', (code) => reject(new Error(`${name} exited with ${code}`)));
-    readline.createInterface({ input: child.stdout }).on('line', (line) => {
-      try {
-        const j = JSON.parse(line);
-        if (j.event === 'listening') {
-          clearTimeout(timer);
-          resolve(j);
-        }
-      } catch { /* not JSON */ }
-    });
-  });
-}
-
-async function waitReady(url) {
-  const deadline = Date.now() + 60000;
-  while (Date.now() < deadline) {
-    try {
-      if ((await fetch(url)).status === 200) return;
-    } catch { /* not up yet */ }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${url} never became ready`);
-}
+const startService = (name, args) => startServiceIn(binDir, procs, name, args);
 
 before(async () => {
   workDir = mkdtempSync(path.join(tmpdir(), 'moe-e2e-so-'));

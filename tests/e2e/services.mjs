@@ -1,0 +1,36 @@
+// Starting the cluster's binaries for the e2e tests: one copy for every test file.
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import readline from 'node:readline';
+
+// Starts `binDir/name args`, records the child in `procs` (the caller kills them in after()),
+// and resolves with its {"event":"listening",...} line; rejects if it exits or stays silent 60 s.
+export function startService(binDir, procs, name, args) {
+  const child = spawn(path.join(binDir, name), args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  procs.push(child);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name}: no listening line`)), 60000);
+    child.on('exit', (code) => reject(new Error(`${name} exited with ${code}`)));
+    readline.createInterface({ input: child.stdout }).on('line', (line) => {
+      try {
+        const j = JSON.parse(line);
+        if (j.event === 'listening') {
+          clearTimeout(timer);
+          resolve(j);
+        }
+      } catch { /* not JSON */ }
+    });
+  });
+}
+
+// Polls `url` until it answers 200 (60 s at most).
+export async function waitReady(url) {
+  const deadline = Date.now() + 60000;
+  while (Date.now() < deadline) {
+    try {
+      if ((await fetch(url)).status === 200) return;
+    } catch { /* not up yet */ }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} never became ready`);
+}
