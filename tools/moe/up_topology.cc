@@ -15,6 +15,15 @@ namespace {
 using common::ListeningPorts;
 
 // grpc.health.v1 says SERVING (the whole server).
+// Every gRPC service's server flags: bound to `moe up`'s host, ports picked by the OS.
+std::vector<std::string> ServerFlags(const UpContext& c, std::vector<std::string> flags = {}) {
+  for (const char* key : {"grpc.host=", "metrics.host="}) {
+    flags.insert(flags.end(), {"--set", key + c.options.host});
+  }
+  flags.insert(flags.end(), {"--set", "grpc.port=0", "--set", "metrics.port=0"});
+  return flags;
+}
+
 absl::StatusOr<bool> GrpcServing(const UpContext& c, const ListeningPorts& ports) {
   if (!ports.grpc) return absl::InternalError("no grpc port");
   auto channel = common::rpc::CreateChannel(absl::StrCat(c.options.host, ":", *ports.grpc));
@@ -45,14 +54,11 @@ std::vector<ServiceSpec> MakeTopology() {
           [](const UpContext& c, int) {
             // Every worker holds every expert; routers spread calls over the replicas. Routers
             // on this host reach it over shared memory (NegotiateTransport; shm.* defaults).
-            return std::vector<std::string>{
-                "--set", "core.model_dir=" + c.model_dir,
-                "--set", absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)),
-                "--set", absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads),
-                "--set", "grpc.host=" + c.options.host,
-                "--set", "grpc.port=0",
-                "--set", "metrics.host=" + c.options.host,
-                "--set", "metrics.port=0"};
+            return ServerFlags(
+                c, {"--set", "core.model_dir=" + c.model_dir,
+                    "--set", absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)),
+                    "--set",
+                    absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads)});
           },
       .ready = GrpcServing,
   });
@@ -64,13 +70,9 @@ std::vector<ServiceSpec> MakeTopology() {
       .flags =
           [](const UpContext& c, int i) {
             // L3 survives `moe up` restarts in the data directory; 2 GiB of it by default here.
-            return std::vector<std::string>{
-                "--set", absl::StrCat("core.l3_dir=", c.data_dir, "/kv-store-", i),
-                "--set", "core.l3_bytes=2147483648",
-                "--set", "grpc.host=" + c.options.host,
-                "--set", "grpc.port=0",
-                "--set", "metrics.host=" + c.options.host,
-                "--set", "metrics.port=0"};
+            return ServerFlags(
+                c, {"--set", absl::StrCat("core.l3_dir=", c.data_dir, "/kv-store-", i),
+                    "--set", "core.l3_bytes=2147483648"});
           },
       .ready = GrpcServing,
   });
@@ -81,12 +83,9 @@ std::vector<ServiceSpec> MakeTopology() {
       .min_replicas = 1,
       .flags =
           [](const UpContext& c, int i) {
-            std::vector<std::string> flags = {"--set", "core.model_dir=" + c.model_dir,
-                                              "--set", "grpc.host=" + c.options.host,
-                                              "--set", "grpc.port=0",
-                                              "--set", "metrics.host=" + c.options.host,
-                                              "--set", "metrics.port=0",
-                                              "--set", absl::StrCat("router_id=router-", i)};
+            std::vector<std::string> flags =
+                ServerFlags(c, {"--set", "core.model_dir=" + c.model_dir, "--set",
+                                absl::StrCat("router_id=router-", i)});
             const std::vector<std::string> stores = c.Addresses("kv_store", &ListeningPorts::grpc);
             if (!stores.empty()) {
               flags.push_back("--set");
@@ -116,11 +115,7 @@ std::vector<ServiceSpec> MakeTopology() {
         .binary = name,
         .options = options,
         .flags =
-            [](const UpContext& c, int) {
-              return std::vector<std::string>{
-                  "--set", "grpc.host=" + c.options.host,    "--set", "grpc.port=0",
-                  "--set", "metrics.host=" + c.options.host, "--set", "metrics.port=0"};
-            },
+            [](const UpContext& c, int) { return ServerFlags(c); },
         .ready = GrpcServing,
     });
   }
