@@ -14,8 +14,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Series {
-  std::string file;   // inside the run directory
-  std::string using_; // gnuplot `using` clause
+  std::string file;    // inside the run directory
+  std::string using_;  // gnuplot `using` clause
   std::string title;
   std::string extra;  // e.g. "with lines", "axes x1y2"
   bool cdf = false;   // the file holds sorted samples: drawn as their CDF (using_ ignored)
@@ -33,9 +33,10 @@ std::vector<Plot> Table() {
   std::vector<Plot> plots;
   {
     Plot p{.png = "serve-ttft-cdf.png",
-           .setup = "set title 'TTFT, 16 concurrent streams (short prompts, 128 output tokens)'\n"
-                    "set xlabel 'TTFT (ms)'\nset ylabel 'fraction of requests'\nset key bottom right\n"
-                    "set grid\n"};
+           .setup =
+               "set title 'TTFT, 16 concurrent streams (short prompts, 128 output tokens)'\n"
+               "set xlabel 'TTFT (ms)'\nset ylabel 'fraction of requests'\nset key bottom right\n"
+               "set grid\n"};
     for (const std::string& s : kSystems) {
       p.series.push_back({"serve-c16-" + s + ".ttft.dat", "", s, "with lines lw 2", true});
     }
@@ -43,9 +44,10 @@ std::vector<Plot> Table() {
   }
   {
     Plot p{.png = "serve-itl-cdf.png",
-           .setup = "set title 'Inter-token latency, 16 concurrent streams'\n"
-                    "set xlabel 'ITL (ms, log)'\nset logscale x\nset ylabel 'fraction of gaps'\n"
-                    "set key bottom right\nset grid\n"};
+           .setup =
+               "set title 'Inter-token latency, 16 concurrent streams'\n"
+               "set xlabel 'ITL (ms, log)'\nset logscale x\nset ylabel 'fraction of gaps'\n"
+               "set key bottom right\nset grid\n"};
     for (const std::string& s : kSystems) {
       p.series.push_back({"serve-c16-" + s + ".itl.dat", "", s, "with lines lw 2", true});
     }
@@ -53,14 +55,15 @@ std::vector<Plot> Table() {
   }
   {
     Plot p{.png = "serve-load.png",
-           .setup = "set title 'Throughput and latency vs offered load (Poisson, short prompts)'\n"
-                    "set xlabel 'offered rate (req/s, log)'\nset logscale x\n"
-                    "set ylabel 'output tok/s'\nset y2label 'p90 TTFT (ms, log)'\n"
-                    "set logscale y2\nset ytics nomirror\nset y2tics\nset key top left\n"
-                    "set grid\n"};
+           .setup =
+               "set title 'Throughput and latency vs offered load (Poisson, short prompts)'\n"
+               "set xlabel 'offered rate (req/s, log)'\nset logscale x\n"
+               "set ylabel 'output tok/s'\nset y2label 'p90 TTFT (ms, log)'\n"
+               "set logscale y2\nset ytics nomirror\nset y2tics\nset key top left\n"
+               "set grid\n"};
     for (const std::string& s : kSystems) {
-      p.series.push_back({"serve-sweep-" + s + ".dat", "1:3", s + " output tok/s",
-                          "with linespoints lw 2"});
+      p.series.push_back(
+          {"serve-sweep-" + s + ".dat", "1:3", s + " output tok/s", "with linespoints lw 2"});
       p.series.push_back({"serve-sweep-" + s + ".dat", "1:5", s + " p90 TTFT",
                           "axes x1y2 with linespoints dt 2 lw 2"});
     }
@@ -68,13 +71,14 @@ std::vector<Plot> Table() {
   }
   {
     Plot p{.png = "serve-kv.png",
-           .setup = "set title 'Router L1 KV usage and prefix-hit rate over each workload'\n"
-                    "set xlabel 'seconds into the workload'\nset ylabel 'ratio'\n"
-                    "set yrange [0:1.05]\nset key outside right\nset grid\n"};
+           .setup =
+               "set title 'Router L1 KV usage and prefix-hit rate over each workload'\n"
+               "set xlabel 'seconds into the workload'\nset ylabel 'ratio'\n"
+               "set yrange [0:1.05]\nset key outside right\nset grid\n"};
     for (const std::string w : {"shared-prefix", "multi-turn", "trace"}) {
       p.series.push_back({"serve-kv-" + w + ".dat", "1:2", w + " KV usage", "with lines lw 2"});
-      p.series.push_back({"serve-kv-" + w + ".dat", "1:3", w + " hit rate",
-                          "with points pt 7 ps 0.5"});
+      p.series.push_back(
+          {"serve-kv-" + w + ".dat", "1:3", w + " hit rate", "with points pt 7 ps 0.5"});
     }
     plots.push_back(p);
   }
@@ -103,8 +107,8 @@ PlotSet MakePlots(const std::string& dir) {
         absl::StrAppend(&stats, "stats '", f.string(), "' using 1 nooutput name '", var, "'\n");
         using_ = absl::StrCat("1:(($0+1)/", var, "_records)");
       }
-      parts.push_back(absl::StrCat("'", f.string(), "' using ", using_, " title '", s.title,
-                                   "' ", s.extra));
+      parts.push_back(
+          absl::StrCat("'", f.string(), "' using ", using_, " title '", s.title, "' ", s.extra));
     }
     if (parts.empty()) continue;
     absl::StrAppend(&script, "reset\n", stats,
@@ -117,7 +121,8 @@ PlotSet MakePlots(const std::string& dir) {
   const std::string gp = (fs::path(dir) / "plots.gp").string();
   std::ofstream(gp) << script;
   if (gnuplot.empty()) {
-    out.skipped_reason = "gnuplot not installed (scripts/setup installs gnuplot-nox); plots.gp kept";
+    out.skipped_reason =
+        "gnuplot not installed (scripts/setup installs gnuplot-nox); plots.gp kept";
     return out;
   }
   auto r = common::process::RunToExit(

@@ -56,8 +56,8 @@ absl::StatusOr<std::vector<SuiteRun>> RunAllSuites(const RunAllOptions& o,
     run.budget_s = static_cast<int>((o.quick ? s.quick_budget_s : s.budget_s) * o.budget_scale);
     const std::string out = (fs::path(o.dir) / (s.name + ".json")).string();
     const std::string log = (fs::path(o.dir) / (s.name + ".log")).string();
-    std::vector<std::string> argv = {o.moe_binary, "bench", s.name, "--out", out,
-                                     "--artifacts", o.dir};
+    std::vector<std::string> argv = {o.moe_binary, "bench",       s.name, "--out",
+                                     out,          "--artifacts", o.dir};
     argv.insert(argv.end(), o.suite_args.begin(), o.suite_args.end());
     if (o.quick) argv.push_back("--quick");
     for (const std::string& f : s.flags) {

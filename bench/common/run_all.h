@@ -20,13 +20,13 @@
 namespace moe::bench {
 
 struct RunAllOptions {
-  std::string moe_binary;          // this `moe`
-  std::string dir;                 // the run directory (created)
+  std::string moe_binary;               // this `moe`
+  std::string dir;                      // the run directory (created)
   std::vector<std::string> suite_args;  // passed to every suite (--preset, --threads, ...)
   // Each suite's own flags given to `moe bench all`, forwarded to the suites that declare them.
   std::map<std::string, std::string> suite_flags;
   bool quick = false;
-  double budget_scale = 1;         // multiplies every budget (a slow or busy machine)
+  double budget_scale = 1;  // multiplies every budget (a slow or busy machine)
 };
 
 struct SuiteRun {

@@ -65,10 +65,10 @@ void OnEvent(const std::string& data, Conn& c, StreamStats& s, double now_s) {
   const nlohmann::json& ch = j["choices"][0];
   if (ch.contains("finish_reason") && ch["finish_reason"].is_string()) c.finished = true;
   size_t tokens = 0;
-  const bool text = (ch.contains("text") && ch["text"].is_string() &&
-                     !ch["text"].get<std::string>().empty()) ||
-                    (ch.contains("delta") && ch["delta"].is_object() &&
-                     !ch["delta"].value("content", "").empty());
+  const bool text =
+      (ch.contains("text") && ch["text"].is_string() && !ch["text"].get<std::string>().empty()) ||
+      (ch.contains("delta") && ch["delta"].is_object() &&
+       !ch["delta"].value("content", "").empty());
   if (ch.contains("logprobs") && ch["logprobs"].is_object() && ch["logprobs"].contains("tokens")) {
     tokens = ch["logprobs"]["tokens"].size();
   } else if (text) {

@@ -20,11 +20,11 @@ struct StreamStats {
   bool done = false;   // saw "data: [DONE]", or the stream ended cleanly after a finish_reason
   bool error = false;  // an SSE error event, a non-200 status or a broken connection
   std::string error_text;
-  double sent_s = -1;           // when it was sent, seconds after RunStreams began; -1: never
-  std::vector<double> token_s;  // arrival of each token, seconds after the request was sent
-  std::vector<double> chunk_s;  // arrival of each event with content, seconds after sending
-  double end_s = -1;            // end of the stream, seconds after sending
-  int64_t usage_prompt_tokens = -1;      // from a "usage" object, when the server sent one
+  double sent_s = -1;                // when it was sent, seconds after RunStreams began; -1: never
+  std::vector<double> token_s;       // arrival of each token, seconds after the request was sent
+  std::vector<double> chunk_s;       // arrival of each event with content, seconds after sending
+  double end_s = -1;                 // end of the stream, seconds after sending
+  int64_t usage_prompt_tokens = -1;  // from a "usage" object, when the server sent one
   int64_t usage_completion_tokens = -1;
 };
 
@@ -35,9 +35,9 @@ struct LoadResult {
 };
 
 struct StreamRequest {
-  std::string body;        // POSTed as application/json
-  double start_s = 0;      // not sent before this, seconds after RunStreams began
-  int32_t after = -1;      // >= 0: not sent before request `after` has ended (ok or not)...
+  std::string body;          // POSTed as application/json
+  double start_s = 0;        // not sent before this, seconds after RunStreams began
+  int32_t after = -1;        // >= 0: not sent before request `after` has ended (ok or not)...
   double after_delay_s = 0;  // ...plus this
 };
 

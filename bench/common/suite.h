@@ -58,5 +58,5 @@ bool RegisterSuite(Suite suite);
   static const bool moe_bench_registered_##fn = ::moe::bench::RegisterSuite({name, summary, fn})
 // The same with the suite's own flags and `moe bench all` budgets (seconds, full and --quick).
 #define MOE_REGISTER_BENCH_SUITE_EX(name, summary, fn, flags, budget_s, quick_budget_s) \
-  static const bool moe_bench_registered_##fn =                                       \
+  static const bool moe_bench_registered_##fn =                                         \
       ::moe::bench::RegisterSuite({name, summary, fn, flags, budget_s, quick_budget_s})

@@ -26,8 +26,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bench/common/suite.h"
 #include "bench/common/sse_load.h"
+#include "bench/common/suite.h"
 #include "common/base/status_macros.h"
 #include "common/http/http_client.h"
 #include "common/model/make_model.h"

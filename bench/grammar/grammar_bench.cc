@@ -6,7 +6,8 @@
 //                                       ratio goal >= 0.95
 //   grammar_mask_us_per_token           the matcher's work per generated token (mask lookup or
 //                                       computation + advancing over the token's bytes), replaying
-//                                       the constrained outputs: warm mask cache, and cold in params
+//                                       the constrained outputs: warm mask cache, and cold in
+//                                       params
 //   grammar_compile_ms                  compiling the schema on a cache miss; the second request's
 //                                       lookup (a cache hit, nothing compiled) in params
 // Only pure decode steps with exactly 32 running sequences are timed (64 requests per round, at
@@ -125,8 +126,7 @@ absl::StatusOr<Round> RunRound(Scheduler& s, const std::vector<std::vector<int32
     for (size_t i = 0; i < streams.size(); ++i) {
       while (auto e = streams[i]->Next(absl::ZeroDuration())) {
         if (e->final() && !e->status.ok()) return e->status;
-        round.outputs[i].insert(round.outputs[i].end(), e->token_ids.begin(),
-                                e->token_ids.end());
+        round.outputs[i].insert(round.outputs[i].end(), e->token_ids.begin(), e->token_ids.end());
         round.tokens += static_cast<int64_t>(e->token_ids.size());
       }
     }
@@ -231,27 +231,28 @@ absl::StatusOr<BenchReport> RunGrammarSuite(const SuiteOptions& options) {
                  u.tok_s, c.tok_s);
   }
   const double u = Median(plain), c = Median(constrained);
-  report.Add(WithCommon({.name = "constrained_decode_tok_s_b32",
-                         .value = c,
-                         .unit = "tok/s",
-                         .params = {{"streams", kStreams},
-                                    {"rounds", rounds},
-                                    {"requests_per_round", n},
-                                    {"prompt_tokens", 32},
-                                    {"constrained_tok_s", c},
-                                    {"unconstrained_tok_s", u},
-                                    {"constrained_tok_s_rounds", constrained},
-                                    {"unconstrained_tok_s_rounds", plain},
-                                    {"timed_steps_constrained", constrained_steps},
-                                    {"timed_steps_unconstrained", plain_steps},
-                                    {"constrained_mean_output_tokens",
-                                     static_cast<double>(constrained_tokens) / (rounds * n)},
-                                    {"same_prompts_and_lengths", true},
-                                    {"ratio_rounds", ratios},
-                                    {"ratio_median_of_rounds", Median(ratios)},
-                                    {"goal", "ratio >= 0.95"}},
-                         .baseline = Baseline{.name = "unconstrained_decode_tok_s_b32", .value = u}},
-                        o));
+  report.Add(
+      WithCommon({.name = "constrained_decode_tok_s_b32",
+                  .value = c,
+                  .unit = "tok/s",
+                  .params = {{"streams", kStreams},
+                             {"rounds", rounds},
+                             {"requests_per_round", n},
+                             {"prompt_tokens", 32},
+                             {"constrained_tok_s", c},
+                             {"unconstrained_tok_s", u},
+                             {"constrained_tok_s_rounds", constrained},
+                             {"unconstrained_tok_s_rounds", plain},
+                             {"timed_steps_constrained", constrained_steps},
+                             {"timed_steps_unconstrained", plain_steps},
+                             {"constrained_mean_output_tokens",
+                              static_cast<double>(constrained_tokens) / (rounds * n)},
+                             {"same_prompts_and_lengths", true},
+                             {"ratio_rounds", ratios},
+                             {"ratio_median_of_rounds", Median(ratios)},
+                             {"goal", "ratio >= 0.95"}},
+                  .baseline = Baseline{.name = "unconstrained_decode_tok_s_b32", .value = u}},
+                 o));
 
   std::fprintf(stderr, "moe bench grammar: mask cost per token\n");
   ASSIGN_OR_RETURN(double warm_us, ReplayUsPerToken(compiled, outputs));

@@ -96,9 +96,8 @@ absl::Status RunAll(Scheduler& s, std::vector<std::shared_ptr<router::RequestStr
 // max_out]. Long prompts in 16-token blocks cannot fragment much (<= 15 free slots per ~1000
 // tokens); the short mix (prompts 1-24, outputs 1-16) is where fragmentation would show.
 absl::Status SlotUtilisation(const std::string& dir, const SuiteOptions& o, BenchReport& report,
-                             const std::string& name, int n, int64_t min_prompt,
-                             int64_t max_prompt, int32_t min_out, int32_t max_out,
-                             const std::string& goal) {
+                             const std::string& name, int n, int64_t min_prompt, int64_t max_prompt,
+                             int32_t min_out, int32_t max_out, const std::string& goal) {
   ASSIGN_OR_RETURN(auto core, MakeCore(dir, o.threads, o.quick ? 1024 : 6144, true, 256));
   const int64_t vocab = core->config().vocab_size;
   std::mt19937_64 rng(1);
@@ -184,9 +183,9 @@ absl::Status WarmOverCold(const std::string& dir, const SuiteOptions& o, BenchRe
 }
 
 struct Concurrency {
-  double sustained = 0;    // mean running sequences over the steps where requests waited
-  int64_t peak = 0;        // most running at once
-  int64_t bound_steps = 0; // steps with a non-empty waiting queue (the KV budget binding)
+  double sustained = 0;     // mean running sequences over the steps where requests waited
+  int64_t peak = 0;         // most running at once
+  int64_t bound_steps = 0;  // steps with a non-empty waiting queue (the KV budget binding)
   int64_t preemptions = 0;
 };
 
@@ -332,7 +331,8 @@ absl::StatusOr<BenchReport> RunRouterSuite(const SuiteOptions& options) {
   std::fprintf(stderr, "moe bench router: kv_slot_utilisation\n");
   RETURN_IF_ERROR(SlotUtilisation(dir, o, report, "kv_slot_utilisation", o.quick ? 16 : 64, 16,
                                   o.quick ? 512 : 2048, 16, 256, ">= 0.97"));
-  std::fprintf(stderr, "moe bench router: kv_slot_utilisation_short (prompts 1-24, outputs 1-16)\n");
+  std::fprintf(stderr,
+               "moe bench router: kv_slot_utilisation_short (prompts 1-24, outputs 1-16)\n");
   RETURN_IF_ERROR(SlotUtilisation(dir, o, report, "kv_slot_utilisation_short", o.quick ? 64 : 256,
                                   1, 24, 1, 16, "reported: fragmentation of short sequences"));
   std::fprintf(stderr, "moe bench router: ttft_warm_over_cold_l1\n");

@@ -38,10 +38,10 @@
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/registry.h"
+#include "common/shm/handshake.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/completion_queue.h"
 #include "moe/expert_worker/v1/expert_worker.grpc.pb.h"
-#include "common/shm/handshake.h"
 #include "services/expert-worker/core/expert_worker_core.h"
 #include "services/expert-worker/core/shm_server.h"
 #include "services/expert-worker/expert_worker_server.h"
@@ -149,7 +149,8 @@ struct Worker {
 struct Server {
   std::string name;
   std::vector<Worker> workers;
-  std::unique_ptr<common::metrics::Registry> registry = std::make_unique<common::metrics::Registry>();
+  std::unique_ptr<common::metrics::Registry> registry =
+      std::make_unique<common::metrics::Registry>();
   std::unique_ptr<router::RemoteExpertExecutor> executor;
 };
 
@@ -377,7 +378,7 @@ absl::StatusOr<BenchReport> RunRpcBench(const SuiteOptions& o) {
 
   std::vector<std::pair<std::string, std::string>> variants = {
       {"callback", "sync"},    {"cq", "sync"},    {"callback", "inline"}, {"cq", "inline"},
-      {"callback", "handoff"}, {"cq", "handoff"}, {"executor", "prod"}, {"executor", "shm"},
+      {"callback", "handoff"}, {"cq", "handoff"}, {"executor", "prod"},   {"executor", "shm"},
   };
   // MOE_BENCH_RPC_VARIANTS="cq/inline,executor/prod" keeps only those (for perf stat / record).
   if (const char* only = std::getenv("MOE_BENCH_RPC_VARIANTS"); only != nullptr && *only != 0) {

@@ -211,7 +211,8 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
   }
   if (!ctx.options.artifacts_dir.empty()) {
     const std::string base =
-        (fs::path(ctx.options.artifacts_dir) / absl::StrCat("serve-", tag.empty() ? scenario : tag, "-", server.system))
+        (fs::path(ctx.options.artifacts_dir) /
+         absl::StrCat("serve-", tag.empty() ? scenario : tag, "-", server.system))
             .string();
     WriteFile(base + ".requests.dat", OutcomeTable(m.outcomes));
     // Sorted samples, one per line: the plots draw them as CDFs.
@@ -231,11 +232,11 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
     WriteFile(base + ".ttft.dat", lines(std::move(ttft)));
     WriteFile(base + ".itl.dat", lines(std::move(itl)));
   }
-  Progress(absl::StrCat(scenario, " on ", server.system, ": ", m.summary.completed, " ok, ",
-                        m.summary.failed, " failed, ", absl::SixDigits(m.summary.output_tok_s),
-                        " out tok/s, ttft p90 ", absl::SixDigits(m.summary.ttft_ms.p90), " ms",
-                        m.summary.first_error.empty() ? "" : ", first error: ",
-                        m.summary.first_error));
+  Progress(
+      absl::StrCat(scenario, " on ", server.system, ": ", m.summary.completed, " ok, ",
+                   m.summary.failed, " failed, ", absl::SixDigits(m.summary.output_tok_s),
+                   " out tok/s, ttft p90 ", absl::SixDigits(m.summary.ttft_ms.p90), " ms",
+                   m.summary.first_error.empty() ? "" : ", first error: ", m.summary.first_error));
   return m;
 }
 
@@ -379,8 +380,8 @@ absl::Status RateSweep(Ctx& ctx, Systems& sys) {
   for (RunningServer* s : sys.Both()) {
     std::map<double, std::string> rows;  // by rate, for the plot's lines
     auto point = [&](double rate) -> absl::StatusOr<bool> {
-      const int n =
-          std::clamp(static_cast<int>(std::lround(rate * seconds)), ctx.options.quick ? 8 : 12, 400);
+      const int n = std::clamp(static_cast<int>(std::lround(rate * seconds)),
+                               ctx.options.quick ? 8 : 12, 400);
       ASSIGN_OR_RETURN(auto reqs, ShortPrompts(ctx, n, 32, 64, 7));
       const std::vector<double> at = PoissonArrivals(n, rate, 1, 11);
       for (int i = 0; i < n; ++i) reqs[i].arrival_s = at[i];
@@ -389,8 +390,8 @@ absl::Status RateSweep(Ctx& ctx, Systems& sys) {
                            keep, absl::StrCat("sweep-r", rate));
       const ServeSummary& x = m.summary;
       absl::StrAppend(&rows[rate], rate, " ", x.request_throughput, " ", x.output_tok_s, " ",
-                      x.ttft_ms.p50, " ", x.ttft_ms.p90, " ", x.ttft_ms.p99, " ", x.itl_ms.p50,
-                      " ", x.itl_ms.p99, "\n");
+                      x.ttft_ms.p50, " ", x.ttft_ms.p90, " ", x.ttft_ms.p99, " ", x.itl_ms.p50, " ",
+                      x.itl_ms.p99, "\n");
       return x.failed == 0 && x.ttft_ms.p90 <= 1000;
     };
     double pass = 0, fail = 0;
@@ -421,9 +422,9 @@ absl::Status RateSweep(Ctx& ctx, Systems& sys) {
     std::string table = "# rate req_s out_tok_s ttft_p50 ttft_p90 ttft_p99 itl_p50 itl_p99\n";
     for (const auto& [rate, row] : rows) table += row;
     if (!ctx.options.artifacts_dir.empty()) {
-      WriteFile((fs::path(ctx.options.artifacts_dir) / ("serve-sweep-" + s->system + ".dat"))
-                    .string(),
-                table);
+      WriteFile(
+          (fs::path(ctx.options.artifacts_dir) / ("serve-sweep-" + s->system + ".dat")).string(),
+          table);
     }
   }
   std::optional<double> theirs;
@@ -476,7 +477,7 @@ absl::Status SharedPrefixWorkloads(Ctx& ctx, Systems& sys) {
               FormatMooncakeTrace(trace));
   }
   const Keep keep = {"request_throughput", "output_tok_s", "ttft_ms_p50", "ttft_ms_p90",
-                     "tpot_ms_p50",        "itl_ms_p50",   "e2e_ms_p90", "goodput"};
+                     "tpot_ms_p50",        "itl_ms_p50",   "e2e_ms_p90",  "goodput"};
   struct Load {
     const char* name;
     const std::vector<ServeRequest>* requests;
@@ -484,11 +485,17 @@ absl::Status SharedPrefixWorkloads(Ctx& ctx, Systems& sys) {
     nlohmann::json params;
   };
   const std::vector<Load> loads = {
-      {"shared-prefix", &shared, {.max_concurrency = 0, .timeout_s = 600},
+      {"shared-prefix",
+       &shared,
+       {.max_concurrency = 0, .timeout_s = 600},
        {{"system_tokens", 1024}, {"unique_tokens", "32-128"}, {"rate", 4}}},
-      {"multi-turn", &chats, {.max_concurrency = 0, .timeout_s = 600},
+      {"multi-turn",
+       &chats,
+       {.max_concurrency = 0, .timeout_s = 600},
        {{"chats", ctx.options.quick ? 4 : 8}, {"turns", 4}, {"system_tokens", 512}}},
-      {"trace", &replay, {.max_concurrency = 0, .timeout_s = 600},
+      {"trace",
+       &replay,
+       {.max_concurrency = 0, .timeout_s = 600},
        {{"trace", "synthetic Mooncake format"}, {"rate", 4}, {"block_tokens", kTraceBlockTokens}}},
   };
   // --quick runs these on our cluster only (llama-server's share of a quick run is the three
@@ -509,12 +516,14 @@ absl::Status SharedPrefixWorkloads(Ctx& ctx, Systems& sys) {
                         .params = {{"scenario", l.name},
                                    {"system", s->system},
                                    {"peak_kv_usage_l1", sampler.PeakUsage()},
-                                   {"method", "moe_prefix_cache_hits_total / queries_total "
-                                              "{tier=l1} over the run (router /metrics)"}}});
+                                   {"method",
+                                    "moe_prefix_cache_hits_total / queries_total "
+                                    "{tier=l1} over the run (router /metrics)"}}});
         if (!ctx.options.artifacts_dir.empty()) {
-          WriteFile((fs::path(ctx.options.artifacts_dir) / absl::StrCat("serve-kv-", l.name, ".dat"))
-                        .string(),
-                    sampler.Table());
+          WriteFile(
+              (fs::path(ctx.options.artifacts_dir) / absl::StrCat("serve-kv-", l.name, ".dat"))
+                  .string(),
+              sampler.Table());
         }
       }
     }
@@ -561,7 +570,8 @@ absl::StatusOr<BenchReport> SideBySide(const SuiteOptions& options, const Slo& s
   const std::string work =
       o.artifacts_dir.empty() ? (fs::path(CacheDir(o)) / "serve").string() : o.artifacts_dir;
   fs::create_directories(work);
-  const std::string gguf = (fs::path(work) / (fs::path(dir).filename().string() + ".gguf")).string();
+  const std::string gguf =
+      (fs::path(work) / (fs::path(dir).filename().string() + ".gguf")).string();
 
   Progress("starting our cluster (moe up)");
   ASSIGN_OR_RETURN(RunningServer ours,
@@ -571,18 +581,19 @@ absl::StatusOr<BenchReport> SideBySide(const SuiteOptions& options, const Slo& s
                                  .stderr_path = (fs::path(work) / "moe-up.log").string(),
                                  .work_dir = work}));
   Flags flags(o.flags);
-  const std::string llama_bin =
-      flags.Str("llama-server", std::string(MOE_SOURCE_DIR) + "/bench/llamacpp/.native/bin/llama-server");
+  const std::string llama_bin = flags.Str(
+      "llama-server", std::string(MOE_SOURCE_DIR) + "/bench/llamacpp/.native/bin/llama-server");
   std::optional<RunningServer> theirs;
   std::string llama_missing;
   if (absl::Status s = ExportGguf(moe, dir, gguf); !s.ok()) {
     llama_missing = absl::StrCat("moe export-gguf: ", s.message());
   } else {
     Progress("starting llama-server");
-    auto started = StartLlamaServer({.binary = llama_bin,
-                                     .gguf = gguf,
-                                     .threads = o.threads,
-                                     .stderr_path = (fs::path(work) / "llama-server.log").string()});
+    auto started =
+        StartLlamaServer({.binary = llama_bin,
+                          .gguf = gguf,
+                          .threads = o.threads,
+                          .stderr_path = (fs::path(work) / "llama-server.log").string()});
     if (started.ok()) {
       theirs = std::move(*started);
     } else {
@@ -633,9 +644,9 @@ absl::StatusOr<BenchReport> SideBySide(const SuiteOptions& options, const Slo& s
   RunningServer* pair[2] = {&embedded, &disagg};
   for (int k = 0; k < 2; ++k) {
     ASSIGN_OR_RETURN(auto reqs, ShortPrompts(ctx, 16 * waves, 64, 64, 17));
-    Measured m = Measure(ctx, *pair[k], "topology-c16", reqs,
-                         {.max_concurrency = 16, .timeout_s = 600},
-                         {{"output_tokens", 64}}, {"output_tok_s", "ttft_ms_p50", "itl_ms_p50"});
+    Measured m =
+        Measure(ctx, *pair[k], "topology-c16", reqs, {.max_concurrency = 16, .timeout_s = 600},
+                {{"output_tokens", 64}}, {"output_tok_s", "ttft_ms_p50", "itl_ms_p50"});
     tok[k] = DecodeTokS(m.outcomes);
   }
   disagg.Stop();
@@ -682,9 +693,14 @@ absl::StatusOr<BenchReport> AgainstUrl(const SuiteOptions& o, const Slo& slo) {
   ASSIGN_OR_RETURN(int vocab, f.Int("vocab", 1024));
   ASSIGN_OR_RETURN(int shared_prefix, f.Int("shared-prefix", 0));
   const std::string workload = f.Str("workload", f.Has("trace") ? "trace" : "random");
-  RandomWorkloadOptions ro{.num_requests = n, .input_min = 32, .input_max = 256,
-                           .output_min = 64, .output_max = 128, .shared_prefix = shared_prefix,
-                           .vocab_size = vocab, .seed = static_cast<uint64_t>(seed)};
+  RandomWorkloadOptions ro{.num_requests = n,
+                           .input_min = 32,
+                           .input_max = 256,
+                           .output_min = 64,
+                           .output_max = 128,
+                           .shared_prefix = shared_prefix,
+                           .vocab_size = vocab,
+                           .seed = static_cast<uint64_t>(seed)};
   RETURN_IF_ERROR(f.Range("input-len", &ro.input_min, &ro.input_max));
   RETURN_IF_ERROR(f.Range("output-len", &ro.output_min, &ro.output_max));
   auto build = [&]() -> absl::StatusOr<std::vector<ServeRequest>> {
@@ -755,8 +771,7 @@ absl::StatusOr<BenchReport> AgainstUrl(const SuiteOptions& o, const Slo& slo) {
         if (reqs[i].after < 0) reqs[i].arrival_s = at[i];
       }
     }
-    Measure(ctx, target, workload, reqs,
-            {.max_concurrency = concurrency, .timeout_s = 3600},
+    Measure(ctx, target, workload, reqs, {.max_concurrency = concurrency, .timeout_s = 3600},
             {{"rate", r > 0 ? nlohmann::json(r) : nlohmann::json("inf")},
              {"burstiness", burstiness},
              {"url", url}});
@@ -787,8 +802,10 @@ absl::StatusOr<BenchReport> RunServeSuite(const SuiteOptions& o) {
     out << FormatMooncakeTrace(trace);
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
     BenchReport report("serve");
-    report.Add({.name = "trace_requests", .value = static_cast<double>(trace.size()),
-                .unit = "requests", .params = {{"file", path}, {"rate", rate}}});
+    report.Add({.name = "trace_requests",
+                .value = static_cast<double>(trace.size()),
+                .unit = "requests",
+                .params = {{"file", path}, {"rate", rate}}});
     return report;
   }
   if (f.Has("url")) return AgainstUrl(o, slo);
@@ -796,10 +813,10 @@ absl::StatusOr<BenchReport> RunServeSuite(const SuiteOptions& o) {
 }
 
 const std::vector<std::string> kServeFlags = {
-    "url",         "workload",   "rate",       "rates",      "concurrency", "num-requests",
-    "input-len",   "output-len", "shared-prefix", "turns",   "trace",       "time-scale",
-    "max-input",   "max-output", "burstiness", "goodput",    "seed",        "vocab",
-    "served-model", "name",      "make-trace", "num-prefixes", "prefix-share", "llama-server"};
+    "url",          "workload",   "rate",          "rates",        "concurrency",  "num-requests",
+    "input-len",    "output-len", "shared-prefix", "turns",        "trace",        "time-scale",
+    "max-input",    "max-output", "burstiness",    "goodput",      "seed",         "vocab",
+    "served-model", "name",       "make-trace",    "num-prefixes", "prefix-share", "llama-server"};
 
 }  // namespace
 

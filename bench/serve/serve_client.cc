@@ -42,11 +42,11 @@ std::vector<RequestOutcome> ToOutcomes(const LoadResult& load,
     o.chunk_s = s.chunk_s;
     o.e2e_s = s.end_s < 0 ? 0 : s.end_s;
     o.output_tokens = s.usage_completion_tokens >= 0 ? s.usage_completion_tokens
-                                                      : static_cast<int64_t>(s.token_s.size());
-    o.prompt_tokens = s.usage_prompt_tokens >= 0
-                          ? s.usage_prompt_tokens
-                          : (i < requests.size() ? static_cast<int64_t>(requests[i].prompt.size())
-                                                 : 0);
+                                                     : static_cast<int64_t>(s.token_s.size());
+    o.prompt_tokens =
+        s.usage_prompt_tokens >= 0
+            ? s.usage_prompt_tokens
+            : (i < requests.size() ? static_cast<int64_t>(requests[i].prompt.size()) : 0);
     out.push_back(std::move(o));
   }
   return out;
@@ -55,8 +55,8 @@ std::vector<RequestOutcome> ToOutcomes(const LoadResult& load,
 std::vector<RequestOutcome> RunWorkload(int port, const std::string& model,
                                         const std::vector<ServeRequest>& requests,
                                         const LoadOptions& options) {
-  return ToOutcomes(
-      RunStreams(port, "/v1/completions", ToStreamRequests(model, requests), options), requests);
+  return ToOutcomes(RunStreams(port, "/v1/completions", ToStreamRequests(model, requests), options),
+                    requests);
 }
 
 }  // namespace moe::bench::serve

@@ -59,8 +59,13 @@ TEST_F(ServeProcessTest, ReadyLineNamesTheGatewayAndTheRoutersMetrics) {
 
 TEST_F(ServeProcessTest, ClosedLoopKeepsTheCapAndEveryStreamGetsItsTokens) {
   ASSERT_NE(server_, nullptr);
-  auto reqs = RandomWorkload({.num_requests = 12, .input_min = 4, .input_max = 40,
-                              .output_min = 3, .output_max = 9, .vocab_size = 512, .seed = 2});
+  auto reqs = RandomWorkload({.num_requests = 12,
+                              .input_min = 4,
+                              .input_max = 40,
+                              .output_min = 3,
+                              .output_max = 9,
+                              .vocab_size = 512,
+                              .seed = 2});
   ASSERT_THAT(reqs.status(), IsOk());
   const std::vector<RequestOutcome> out =
       RunWorkload(server_->port, server_->model, *reqs, {.max_concurrency = 3, .timeout_s = 120});
@@ -86,8 +91,12 @@ TEST_F(ServeProcessTest, ClosedLoopKeepsTheCapAndEveryStreamGetsItsTokens) {
 
 TEST_F(ServeProcessTest, MultiTurnWaitsForThePreviousTurnAndHitsTheCache) {
   ASSERT_NE(server_, nullptr);
-  auto reqs = MultiTurnWorkload({.num_chats = 2, .turns = 3, .system_tokens = 64,
-                                 .user_tokens = 8, .output_tokens = 4, .vocab_size = 512,
+  auto reqs = MultiTurnWorkload({.num_chats = 2,
+                                 .turns = 3,
+                                 .system_tokens = 64,
+                                 .user_tokens = 8,
+                                 .output_tokens = 4,
+                                 .vocab_size = 512,
                                  .seed = 3});
   ASSERT_THAT(reqs.status(), IsOk());
   const std::vector<double> at = PoissonArrivals(6, 20, 1, 4);

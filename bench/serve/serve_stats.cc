@@ -152,8 +152,8 @@ std::string OutcomeTable(const std::vector<RequestOutcome>& outcomes) {
   for (const RequestOutcome& o : outcomes) {
     const double ttft = o.chunk_s.empty() ? -1 : o.chunk_s.front() * 1e3;
     const double tpot = Tpot(o);
-    absl::StrAppend(&out, o.send_s, " ", ttft, " ", tpot < 0 ? -1 : tpot * 1e3, " ",
-                    o.e2e_s * 1e3, " ", o.output_tokens, " ", o.ok ? 1 : 0, "\n");
+    absl::StrAppend(&out, o.send_s, " ", ttft, " ", tpot < 0 ? -1 : tpot * 1e3, " ", o.e2e_s * 1e3,
+                    " ", o.output_tokens, " ", o.ok ? 1 : 0, "\n");
   }
   return out;
 }

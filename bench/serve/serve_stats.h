@@ -24,12 +24,12 @@ namespace moe::bench::serve {
 // One request as the client saw it; times in seconds.
 struct RequestOutcome {
   bool ok = false;
-  std::string error;              // why not ok
-  double send_s = 0;              // when it was sent, since the run's start
-  std::vector<double> chunk_s;    // arrival of each content chunk, since send
-  double e2e_s = 0;               // end of stream, since send
+  std::string error;            // why not ok
+  double send_s = 0;            // when it was sent, since the run's start
+  std::vector<double> chunk_s;  // arrival of each content chunk, since send
+  double e2e_s = 0;             // end of stream, since send
   int64_t prompt_tokens = 0;
-  int64_t output_tokens = 0;      // usage.completion_tokens (or chunks when no usage came)
+  int64_t output_tokens = 0;  // usage.completion_tokens (or chunks when no usage came)
 };
 
 // The objective of goodput; a field <= 0 is not part of it.
@@ -53,13 +53,13 @@ struct ServeSummary {
   int64_t completed = 0;
   int64_t failed = 0;
   std::string first_error;
-  double duration_s = 0;          // first send -> last end
-  int64_t prompt_tokens = 0;      // of completed requests
+  double duration_s = 0;      // first send -> last end
+  int64_t prompt_tokens = 0;  // of completed requests
   int64_t output_tokens = 0;
   double request_throughput = 0;  // req/s
   double output_tok_s = 0;
-  double total_tok_s = 0;         // prompt + output
-  double goodput = 0;             // req/s meeting the Slo (== request_throughput with no Slo)
+  double total_tok_s = 0;  // prompt + output
+  double goodput = 0;      // req/s meeting the Slo (== request_throughput with no Slo)
   int64_t good = 0;
   Distribution ttft_ms, tpot_ms, itl_ms, e2e_ms;
 };

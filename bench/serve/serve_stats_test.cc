@@ -8,8 +8,12 @@ namespace moe::bench::serve {
 namespace {
 
 RequestOutcome Ok(double send, std::vector<double> chunks, double e2e, int64_t out) {
-  return {.ok = true, .send_s = send, .chunk_s = std::move(chunks), .e2e_s = e2e,
-          .prompt_tokens = 10, .output_tokens = out};
+  return {.ok = true,
+          .send_s = send,
+          .chunk_s = std::move(chunks),
+          .e2e_s = e2e,
+          .prompt_tokens = 10,
+          .output_tokens = out};
 }
 
 TEST(PercentileTest, InterpolatesLikeNumpy) {
@@ -93,8 +97,8 @@ TEST(ToResultsTest, NamesFromDesignWithParamsOnEach) {
 }
 
 TEST(ServeClientTest, BodiesCarryTheTokensAndOutcomesPreferUsage) {
-  ServeRequest req{.arrival_s = 1.5, .prompt = {20, 21}, .max_tokens = 3, .after = 0,
-                   .after_delay_s = 0.25};
+  ServeRequest req{
+      .arrival_s = 1.5, .prompt = {20, 21}, .max_tokens = 3, .after = 0, .after_delay_s = 0.25};
   EXPECT_EQ(CompletionBody("small", req),
             "{\"model\":\"small\",\"prompt\":[20,21],\"max_tokens\":3,\"temperature\":0,"
             "\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
@@ -105,8 +109,13 @@ TEST(ServeClientTest, BodiesCarryTheTokensAndOutcomesPreferUsage) {
 
   LoadResult load;
   load.streams.resize(2);
-  load.streams[0] = {.status = 200, .done = true, .sent_s = 2, .token_s = {0.1},
-                     .chunk_s = {0.1, 0.2}, .end_s = 0.3, .usage_prompt_tokens = 2,
+  load.streams[0] = {.status = 200,
+                     .done = true,
+                     .sent_s = 2,
+                     .token_s = {0.1},
+                     .chunk_s = {0.1, 0.2},
+                     .end_s = 0.3,
+                     .usage_prompt_tokens = 2,
                      .usage_completion_tokens = 3};
   load.streams[1] = {.status = 503, .error = true, .error_text = "status 503", .sent_s = 2.5};
   const std::vector<RequestOutcome> o = ToOutcomes(load, {req, req});

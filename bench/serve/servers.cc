@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -63,8 +63,7 @@ absl::StatusOr<RunningServer> StartCluster(const ClusterOptions& o) {
       {"model_dir", o.model_dir},
       {"gateway",
        {{"port", 0},
-        {"args",
-         {"--set", "limits.max_in_flight=4096", "--set", "http.max_connections=8192"}}}},
+        {"args", {"--set", "limits.max_in_flight=4096", "--set", "http.max_connections=8192"}}}},
       {"router",
        {{"replicas", 1},
         {"args",
@@ -122,18 +121,18 @@ absl::StatusOr<RunningServer> StartLlamaServer(const LlamaServerOptions& o) {
   s.system = "llama-server";
   s.model = fs::path(o.gguf).filename().string();
   s.port = FreePort();
-  auto child = ChildProcess::Spawn(
-      {.argv = {o.binary, "-m", o.gguf, "-t", absl::StrCat(o.threads), "-np",
-                absl::StrCat(o.parallel), "-c", absl::StrCat(o.context), "--host", "127.0.0.1",
-                "--port", absl::StrCat(s.port)},
-       .stderr_path = o.stderr_path});
+  auto child =
+      ChildProcess::Spawn({.argv = {o.binary, "-m", o.gguf, "-t", absl::StrCat(o.threads), "-np",
+                                    absl::StrCat(o.parallel), "-c", absl::StrCat(o.context),
+                                    "--host", "127.0.0.1", "--port", absl::StrCat(s.port)},
+                           .stderr_path = o.stderr_path});
   if (!child.ok()) return child.status();
   (*child)->DrainStdout();
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   while (absl::Now() < deadline) {
     if (auto code = (*child)->TryWait()) {
-      return absl::InternalError(absl::StrCat("llama-server exited (code ", *code, "): ",
-                                              Tail(o.stderr_path)));
+      return absl::InternalError(
+          absl::StrCat("llama-server exited (code ", *code, "): ", Tail(o.stderr_path)));
     }
     auto r = common::http::HttpCall(s.port, "GET", "/health");
     if (r && r->status == 200) {

@@ -14,9 +14,9 @@
 namespace moe::bench::serve {
 
 struct RunningServer {
-  std::string system;           // "moe" / "moe-disagg" / "llama-server" (results' params)
-  int port = 0;                 // HTTP: /v1/completions
-  std::string model;            // the "model" field requests carry
+  std::string system;                     // "moe" / "moe-disagg" / "llama-server" (results' params)
+  int port = 0;                           // HTTP: /v1/completions
+  std::string model;                      // the "model" field requests carry
   std::vector<int> router_metrics_ports;  // ours: each router's /metrics
   std::unique_ptr<common::process::ChildProcess> child;
   // SIGTERM and wait (`moe up` stops its services, the gateway first). Idempotent.
@@ -24,13 +24,13 @@ struct RunningServer {
 };
 
 struct ClusterOptions {
-  std::string moe_binary;    // the `moe` CLI
+  std::string moe_binary;  // the `moe` CLI
   std::string model_dir;
-  int router_threads = 2;    // core.num_threads of the router
-  int expert_workers = 0;    // 0: experts inside the router (embedded)
+  int router_threads = 2;  // core.num_threads of the router
+  int expert_workers = 0;  // 0: experts inside the router (embedded)
   int worker_threads = 1;
-  std::string stderr_path;   // the cluster's log; "" = inherit
-  std::string work_dir;      // where its config file goes
+  std::string stderr_path;  // the cluster's log; "" = inherit
+  std::string work_dir;     // where its config file goes
 };
 // `moe up --config F` on port 0; returns once it printed its ready line (gateway URL and every
 // service's ports). kDeadlineExceeded after 180 s; kInternal when it exits first (its log
@@ -38,11 +38,11 @@ struct ClusterOptions {
 absl::StatusOr<RunningServer> StartCluster(const ClusterOptions& options);
 
 struct LlamaServerOptions {
-  std::string binary;        // llama-server
+  std::string binary;  // llama-server
   std::string gguf;
-  int threads = 2;           // -t
-  int parallel = 16;         // -np (slots)
-  int context = 131072;      // -c (shared by the slots: context / parallel each)
+  int threads = 2;       // -t
+  int parallel = 16;     // -np (slots)
+  int context = 131072;  // -c (shared by the slots: context / parallel each)
   std::string stderr_path;
 };
 // Starts llama-server on a free loopback port and waits until /health says 200.

@@ -26,7 +26,7 @@ class Stream {
   explicit Stream(uint64_t seed) : state_(Mix(seed)) {}
   uint64_t Next() { return Mix(state_++); }
   double Uniform01() { return (Next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
-  int32_t Between(int32_t lo, int32_t hi) {  // [lo, hi]
+  int32_t Between(int32_t lo, int32_t hi) {                                   // [lo, hi]
     return lo + static_cast<int32_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
   }
 
@@ -44,8 +44,8 @@ absl::Status CheckVocab(int32_t vocab_size) {
 
 absl::Status CheckRange(const char* what, int32_t lo, int32_t hi, int32_t min_allowed) {
   if (lo < min_allowed || hi < lo) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " range [", lo, ", ", hi,
-                                                   "] is empty or below ", min_allowed));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " range [", lo, ", ", hi, "] is empty or below ", min_allowed));
   }
   return absl::OkStatus();
 }
@@ -244,8 +244,8 @@ absl::StatusOr<std::vector<ServeRequest>> TraceToRequests(const std::vector<Trac
       Stream s(Mix(o.seed));
       AppendTokens(s, 1, o.vocab_size, r.prompt);
     }
-    r.max_tokens = std::max(1, o.max_output > 0 ? std::min(e.output_length, o.max_output)
-                                                : e.output_length);
+    r.max_tokens =
+        std::max(1, o.max_output > 0 ? std::min(e.output_length, o.max_output) : e.output_length);
     out.push_back(std::move(r));
   }
   return out;

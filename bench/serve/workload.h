@@ -26,11 +26,11 @@
 namespace moe::bench::serve {
 
 struct ServeRequest {
-  double arrival_s = 0;           // earliest send time, seconds after the run starts
-  std::vector<int32_t> prompt;    // token ids
-  int32_t max_tokens = 16;        // output tokens (sent with ignore_eos: exactly this many)
-  int32_t after = -1;             // >= 0: sent only once request `after` has finished...
-  double after_delay_s = 0;       // ...plus this think time (multi-turn chats)
+  double arrival_s = 0;         // earliest send time, seconds after the run starts
+  std::vector<int32_t> prompt;  // token ids
+  int32_t max_tokens = 16;      // output tokens (sent with ignore_eos: exactly this many)
+  int32_t after = -1;           // >= 0: sent only once request `after` has finished...
+  double after_delay_s = 0;     // ...plus this think time (multi-turn chats)
 };
 
 // Arrival times of `count` requests at `rate` per second: gaps are Gamma(burstiness, 1 /
@@ -41,10 +41,10 @@ std::vector<double> PoissonArrivals(int count, double rate, double burstiness, u
 
 struct RandomWorkloadOptions {
   int num_requests = 16;
-  int32_t input_min = 32, input_max = 32;     // prompt tokens, uniform in [min, max]
-  int32_t output_min = 128, output_max = 128; // output tokens, uniform in [min, max]
-  int32_t shared_prefix = 0;   // tokens of one system prompt in front of every prompt
-  int32_t vocab_size = 1024;   // ids drawn from [kFirstTokenId, vocab_size)
+  int32_t input_min = 32, input_max = 32;      // prompt tokens, uniform in [min, max]
+  int32_t output_min = 128, output_max = 128;  // output tokens, uniform in [min, max]
+  int32_t shared_prefix = 0;  // tokens of one system prompt in front of every prompt
+  int32_t vocab_size = 1024;  // ids drawn from [kFirstTokenId, vocab_size)
   uint64_t seed = 1;
 };
 // The low ids are the preset tokenizers' special tokens; random prompts stay above them.
@@ -86,17 +86,17 @@ inline constexpr int32_t kTraceBlockTokens = 512;
 // Parses JSON lines (blank lines skipped). kInvalidArgument naming the line number for bad
 // JSON, missing or negative fields, hash_ids that cannot cover input_length (fewer than
 // ceil(input_length / block_tokens) ids), or timestamps that go backwards.
-absl::StatusOr<std::vector<TraceEntry>> ParseMooncakeTrace(std::string_view text,
-                                                           int32_t block_tokens = kTraceBlockTokens);
+absl::StatusOr<std::vector<TraceEntry>> ParseMooncakeTrace(
+    std::string_view text, int32_t block_tokens = kTraceBlockTokens);
 // One JSON line per entry, in the field order above; ParseMooncakeTrace reads it back exactly.
 std::string FormatMooncakeTrace(const std::vector<TraceEntry>& entries);
 
 struct SyntheticTraceOptions {
   int num_requests = 64;
-  double rate = 2;                 // requests/s, Poisson
-  int num_prefixes = 4;            // distinct shared prefixes (system prompts / documents)...
-  int32_t prefix_blocks = 2;       // ...of this many blocks each
-  double prefix_share = 0.75;      // probability that a request starts with one of them
+  double rate = 2;             // requests/s, Poisson
+  int num_prefixes = 4;        // distinct shared prefixes (system prompts / documents)...
+  int32_t prefix_blocks = 2;   // ...of this many blocks each
+  double prefix_share = 0.75;  // probability that a request starts with one of them
   int32_t input_min = 256, input_max = 2048;  // prompt tokens, uniform (>= the prefix's tokens)
   int32_t output_min = 16, output_max = 256;
   int32_t block_tokens = kTraceBlockTokens;
@@ -108,11 +108,11 @@ absl::StatusOr<std::vector<TraceEntry>> SyntheticTrace(const SyntheticTraceOptio
 
 struct TraceReplayOptions {
   int32_t block_tokens = kTraceBlockTokens;
-  double time_scale = 1;       // arrival_s = timestamp_ms / 1000 * time_scale
-  int32_t max_input = 0;       // > 0: clip prompts to this many tokens (small contexts)
-  int32_t max_output = 0;      // > 0: clip outputs
+  double time_scale = 1;   // arrival_s = timestamp_ms / 1000 * time_scale
+  int32_t max_input = 0;   // > 0: clip prompts to this many tokens (small contexts)
+  int32_t max_output = 0;  // > 0: clip outputs
   int32_t vocab_size = 1024;
-  uint64_t seed = 1;           // the content of block id h is a function of (seed, h) only
+  uint64_t seed = 1;  // the content of block id h is a function of (seed, h) only
 };
 // Requests replaying the trace: each block id becomes the same block_tokens ids wherever it
 // occurs; the prompt is the first input_length tokens of its blocks. kInvalidArgument on a

@@ -119,7 +119,8 @@ TEST(MultiTurnWorkloadTest, EachTurnExtendsThePreviousAndWaitsForIt) {
     EXPECT_EQ((*w)[k].after_delay_s, 0.5);
   }
   // Chats share the system prompt and nothing after it.
-  EXPECT_TRUE(std::equal((*w)[0].prompt.begin(), (*w)[0].prompt.begin() + 5, (*w)[3].prompt.begin()));
+  EXPECT_TRUE(
+      std::equal((*w)[0].prompt.begin(), (*w)[0].prompt.begin() + 5, (*w)[3].prompt.begin()));
   EXPECT_NE((*w)[0].prompt, (*w)[3].prompt);
 }
 
@@ -171,8 +172,8 @@ TEST(MooncakeTraceTest, EqualHashIdsBecomeEqualTokensAndPrefixesShareExactly) {
       {.timestamp_ms = 0, .input_length = 20, .output_length = 3, .hash_ids = {7, 8, 9}},
       {.timestamp_ms = 1500, .input_length = 14, .output_length = 900, .hash_ids = {7, 5}},
   };
-  auto r = TraceToRequests(trace, {.block_tokens = 8, .time_scale = 2, .max_output = 100,
-                                   .vocab_size = 50, .seed = 4});
+  auto r = TraceToRequests(
+      trace, {.block_tokens = 8, .time_scale = 2, .max_output = 100, .vocab_size = 50, .seed = 4});
   ASSERT_THAT(r.status(), IsOk());
   ASSERT_EQ(r->size(), 2u);
   EXPECT_EQ((*r)[0].prompt.size(), 20u);
@@ -180,15 +181,23 @@ TEST(MooncakeTraceTest, EqualHashIdsBecomeEqualTokensAndPrefixesShareExactly) {
   EXPECT_DOUBLE_EQ((*r)[1].arrival_s, 3.0);
   EXPECT_EQ((*r)[1].max_tokens, 100);
   // Block 7 is the first 8 tokens of both; block 8 vs block 5 differ.
-  EXPECT_TRUE(std::equal((*r)[0].prompt.begin(), (*r)[0].prompt.begin() + 8, (*r)[1].prompt.begin()));
+  EXPECT_TRUE(
+      std::equal((*r)[0].prompt.begin(), (*r)[0].prompt.begin() + 8, (*r)[1].prompt.begin()));
   EXPECT_NE(std::vector<int32_t>((*r)[0].prompt.begin() + 8, (*r)[0].prompt.begin() + 14),
             std::vector<int32_t>((*r)[1].prompt.begin() + 8, (*r)[1].prompt.end()));
 }
 
 TEST(SyntheticTraceTest, SharesPrefixBlocksAndParsesBack) {
-  auto t = SyntheticTrace({.num_requests = 400, .rate = 10, .num_prefixes = 3, .prefix_blocks = 2,
-                           .prefix_share = 0.5, .input_min = 1024, .input_max = 3000,
-                           .output_min = 1, .output_max = 9, .seed = 5});
+  auto t = SyntheticTrace({.num_requests = 400,
+                           .rate = 10,
+                           .num_prefixes = 3,
+                           .prefix_blocks = 2,
+                           .prefix_share = 0.5,
+                           .input_min = 1024,
+                           .input_max = 3000,
+                           .output_min = 1,
+                           .output_max = 9,
+                           .seed = 5});
   ASSERT_THAT(t.status(), IsOk());
   int shared = 0, first_prefix = 0;
   std::set<int64_t> unique_ids;

@@ -140,8 +140,9 @@ TEST(SecretTest, DigestIsSha256AndRoundTripsThroughItsTextForm) {
 }
 
 TEST(SecretTest, ParseRejectsPlaintextWithoutEchoingIt) {
-  for (std::string_view bad : {"sk-my-secret-key", "sha256:abc", "sha256:",
-                               "sha256:zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}) {
+  for (std::string_view bad :
+       {"sk-my-secret-key", "sha256:abc",
+        "sha256:", "sha256:zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}) {
     absl::StatusOr<SecretDigest> d = ParseDigest(bad);
     ASSERT_FALSE(d.ok()) << bad;
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);

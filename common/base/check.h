@@ -7,29 +7,30 @@
 #include <string>
 
 namespace moe::common::internal {
-[[noreturn]] inline void CheckFailed(const char* file, int line, const char* cond, const char* msg) {
+[[noreturn]] inline void CheckFailed(const char* file, int line, const char* cond,
+                                     const char* msg) {
   std::fprintf(stderr, "%s:%d: CHECK failed: %s %s\n", file, line, cond, msg ? msg : "");
   std::fflush(stderr);
   std::abort();
 }
 }  // namespace moe::common::internal
 
-#define MOE_CHECK(cond)                                                          \
-  do {                                                                           \
-    if (__builtin_expect(!(cond), 0))                                            \
-      ::moe::common::internal::CheckFailed(__FILE__, __LINE__, #cond, nullptr);  \
+#define MOE_CHECK(cond)                                                         \
+  do {                                                                          \
+    if (__builtin_expect(!(cond), 0))                                           \
+      ::moe::common::internal::CheckFailed(__FILE__, __LINE__, #cond, nullptr); \
   } while (0)
-#define MOE_CHECK_MSG(cond, msg)                                                 \
-  do {                                                                           \
-    if (__builtin_expect(!(cond), 0))                                            \
-      ::moe::common::internal::CheckFailed(__FILE__, __LINE__, #cond, (msg));    \
+#define MOE_CHECK_MSG(cond, msg)                                              \
+  do {                                                                        \
+    if (__builtin_expect(!(cond), 0))                                         \
+      ::moe::common::internal::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 // Aborts when `status_expr` is not OK (startup / environment failures only).
-#define MOE_CHECK_OK(status_expr)                                                        \
-  do {                                                                                   \
-    auto moe_check_status_ = (status_expr);                                              \
-    if (!moe_check_status_.ok())                                                         \
-      ::moe::common::internal::CheckFailed(__FILE__, __LINE__, #status_expr,             \
+#define MOE_CHECK_OK(status_expr)                                                              \
+  do {                                                                                         \
+    auto moe_check_status_ = (status_expr);                                                    \
+    if (!moe_check_status_.ok())                                                               \
+      ::moe::common::internal::CheckFailed(__FILE__, __LINE__, #status_expr,                   \
                                            std::string(moe_check_status_.ToString()).c_str()); \
   } while (0)
 

@@ -25,7 +25,8 @@ std::string FormatDigest(const SecretDigest& digest) {
 
 absl::StatusOr<SecretDigest> ParseDigest(std::string_view text) {
   constexpr std::string_view kPrefix = "sha256:";
-  if (!absl::StartsWith(absl::string_view(text.data(), text.size()), "sha256:") || text.size() != kPrefix.size() + 64) {
+  if (!absl::StartsWith(absl::string_view(text.data(), text.size()), "sha256:") ||
+      text.size() != kPrefix.size() + 64) {
     return absl::InvalidArgumentError("expected \"sha256:\" and 64 hex digits");
   }
   std::string_view hex = text.substr(kPrefix.size());

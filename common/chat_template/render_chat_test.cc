@@ -3,8 +3,8 @@
 #include <string>
 
 #include "common/testing/fake_clock.h"
-#include "common/tokenizer/preset_tokenizer.h"
 #include "common/testing/status_matchers.h"
+#include "common/tokenizer/preset_tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -193,7 +193,7 @@ TEST(SamplerTest, RawLogprobsIgnoreTemperatureProcessedDoNot) {
 TEST(SamplerTest, AMaskRestrictsGreedyAndSampledDraws) {
   // 40 tokens: allowed are 3 and 37 only (two mask words).
   std::vector<float> logits(40, 0.f);
-  logits[5] = 9.f;   // the unmasked argmax
+  logits[5] = 9.f;  // the unmasked argmax
   logits[37] = 2.f;
   const std::vector<uint32_t> allowed = {1u << 3, 1u << (37 - 32)};
   SamplingParams greedy;

@@ -68,9 +68,8 @@ class AutomatonBuilder {
       if (!seen.insert(e.bytes.to_string()).second) continue;
       std::map<std::pair<int32_t, bool>, int32_t> remap;
       for (int b = 0; b < 256; ++b) {
-        auto [it, inserted] =
-            remap.emplace(std::make_pair(cls[b], static_cast<bool>(e.bytes[b])),
-                          static_cast<int32_t>(remap.size()));
+        auto [it, inserted] = remap.emplace(std::make_pair(cls[b], static_cast<bool>(e.bytes[b])),
+                                            static_cast<int32_t>(remap.size()));
         cls[b] = it->second;
       }
       n = static_cast<int32_t>(remap.size());
@@ -134,7 +133,8 @@ class AutomatonBuilder {
     std::vector<std::vector<RuleId>> refs(static_cast<size_t>(n));
     for (RuleId r = 0; r < n; ++r) CollectRefs(g_.rule_body(r), &refs[r]);
     std::vector<int32_t> index(static_cast<size_t>(n), -1), low(static_cast<size_t>(n), 0);
-    std::vector<bool> on_stack(static_cast<size_t>(n), false), cyclic(static_cast<size_t>(n), false);
+    std::vector<bool> on_stack(static_cast<size_t>(n), false),
+        cyclic(static_cast<size_t>(n), false);
     std::vector<RuleId> stack;
     int32_t counter = 0;
     // Iterative Tarjan: (rule, next ref position).
@@ -375,16 +375,16 @@ class AutomatonBuilder {
   std::unique_ptr<Automaton> out_;
   absl::Status error_;
   std::vector<bool> nullable_;
-  std::vector<RuleId> kept_;          // kept rule index -> grammar rule
-  std::vector<int32_t> kept_index_;   // grammar rule -> kept index, -1 inlined
+  std::vector<RuleId> kept_;         // kept rule index -> grammar rule
+  std::vector<int32_t> kept_index_;  // grammar rule -> kept index, -1 inlined
   std::vector<NfaState> nfa_;
   std::vector<ByteSet> sets_;
   absl::flat_hash_map<std::string, int32_t> byte_set_ids_;
   std::vector<int32_t> nfa_rule_start_, nfa_rule_end_;
 };
 
-absl::StatusOr<std::shared_ptr<const Automaton>> Automaton::Compile(
-    const Grammar& grammar, const AutomatonLimits& limits) {
+absl::StatusOr<std::shared_ptr<const Automaton>> Automaton::Compile(const Grammar& grammar,
+                                                                    const AutomatonLimits& limits) {
   return AutomatonBuilder(grammar, limits).Build();
 }
 

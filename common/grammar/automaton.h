@@ -61,8 +61,8 @@ class Automaton {
   // State reached from `state` of rule `rule` on `byte`, -1 when there is no edge.
   int32_t Next(int32_t rule, int32_t state, uint8_t byte) const {
     const RuleDfa& d = rules_[static_cast<size_t>(rule)];
-    return d.next[static_cast<size_t>(state) * static_cast<size_t>(num_classes_) +
-                  byte_class_[byte]];
+    return d
+        .next[static_cast<size_t>(state) * static_cast<size_t>(num_classes_) + byte_class_[byte]];
   }
   int64_t num_states() const { return num_states_; }
   // Approximate heap bytes of the tables.

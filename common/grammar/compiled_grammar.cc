@@ -150,8 +150,8 @@ std::shared_ptr<const TokenBitmask> CompiledGrammar::Mask(Position* pos) const {
       int strip_after;
       const std::string_view v = Render(*pos, id, &strip_after);
       // A token the start strip swallows whole renders nothing: allowed, it changes nothing.
-      const bool ok = v.empty() ? strip_after < pos->strip_left
-                                : Walk(pos->config, v) != kDeadConfig;
+      const bool ok =
+          v.empty() ? strip_after < pos->strip_left : Walk(pos->config, v) != kDeadConfig;
       if (ok) SetBit(mask.get(), id);
     }
   }
@@ -189,7 +189,7 @@ absl::Status CompiledGrammar::Advance(Position* pos, int32_t id) const {
   int strip_after;
   const std::string_view v = Render(*pos, id, &strip_after);
   const ConfigId next = v.empty() ? (strip_after < pos->strip_left ? pos->config : kDeadConfig)
-                                   : Walk(pos->config, v);
+                                  : Walk(pos->config, v);
   if (next == kDeadConfig) {
     return absl::InvalidArgumentError(
         absl::StrCat("token ", id, " does not continue the constrained output"));

@@ -26,8 +26,9 @@ using testing::Regex;
 using testing::Schema;
 
 const std::vector<std::string> kJsonPieces = {
-    "{\"", "\":", "\",", "\"}", "name", "age", "tags", "\":\"", "12", " ", "  ", "[\"", "\"]",
-    "\",\"", "true", "null", "}", "x\"", "a\"b", "\xc3\xa9", "\xc3", "ab\xe2\x82"};
+    "{\"", "\":", "\",",  "\"}",      "name", "age",       "tags", "\":\"",
+    "12",  " ",   "  ",   "[\"",      "\"]",  "\",\"",     "true", "null",
+    "}",   "x\"", "a\"b", "\xc3\xa9", "\xc3", "ab\xe2\x82"};
 
 constexpr const char* kPersonSchema = R"({"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 8},
@@ -58,8 +59,8 @@ std::vector<int32_t> Bits(const TokenBitmask& m) {
 
 TEST(CompiledGrammarTest, MasksEqualTheBruteForceAlongAnOutput) {
   common::metrics::Registry registry;
-  ASSERT_OK_AND_ASSIGN(auto g, CompileForTest(Schema(kPersonSchema), ByteVocabulary(kJsonPieces),
-                                              registry));
+  ASSERT_OK_AND_ASSIGN(
+      auto g, CompileForTest(Schema(kPersonSchema), ByteVocabulary(kJsonPieces), registry));
   const std::string output =
       std::string(R"({"name":"a\"b\u00e9", "age":12,"tags":["x",")") + "\xc3\xa9\"]}";
   GrammarMatcher m(g);
@@ -93,8 +94,8 @@ TEST(CompiledGrammarTest, RejectsTokensOutsideTheMaskAndKeepsItsPlace) {
 
 TEST(CompiledGrammarTest, MasksAreComputedOncePerStateAndShared) {
   common::metrics::Registry registry;
-  ASSERT_OK_AND_ASSIGN(auto g, CompileForTest(Schema(kPersonSchema), ByteVocabulary(kJsonPieces),
-                                              registry));
+  ASSERT_OK_AND_ASSIGN(
+      auto g, CompileForTest(Schema(kPersonSchema), ByteVocabulary(kJsonPieces), registry));
   auto run = [&] {
     GrammarMatcher m(g);
     for (char c : std::string(R"({"name":"abc","age":7})")) {
@@ -115,9 +116,8 @@ TEST(CompiledGrammarTest, SurvivesStateTableResets) {
   common::metrics::Registry registry;
   CompiledGrammarOptions options;
   options.states.max_configs = 16;  // resets many times along the way
-  ASSERT_OK_AND_ASSIGN(auto g,
-                       CompileForTest({.kind = generation::ConstraintKind::kJsonObject},
-                                      ByteVocabulary(kJsonPieces), registry, options));
+  ASSERT_OK_AND_ASSIGN(auto g, CompileForTest({.kind = generation::ConstraintKind::kJsonObject},
+                                              ByteVocabulary(kJsonPieces), registry, options));
   const std::string output = R"({"a":[1,{"b":[true,null,"xyz"]},-2.5e3],"c":{}})";
   GrammarMatcher m(g);
   std::string prefix;
@@ -160,7 +160,7 @@ TEST(CompiledGrammarTest, FirstTokenRendersWithoutTheStrippedSpace) {
   const TokenBitmask& first = m.NextMask();
   EXPECT_TRUE(first.allowed(257));  // " yes" -> "yes"
   EXPECT_TRUE(first.allowed(258));
-  EXPECT_TRUE(first.allowed(259));  // " no" -> "no"
+  EXPECT_TRUE(first.allowed(259));          // " no" -> "no"
   EXPECT_TRUE(first.allowed(ByteId(' ')));  // the strip swallows it whole: renders nothing
   EXPECT_FALSE(first.allowed(260));
   ASSERT_THAT(m.Advance(259), IsOk());
@@ -176,9 +176,8 @@ TEST(CompiledGrammarTest, FirstTokenRendersWithoutTheStrippedSpace) {
 // (longest allowed token first) decodes to exactly the constrained text.
 TEST(CompiledGrammarTest, RealTokenizerOutputsDecodeToTheConstrainedText) {
   ASSERT_OK_AND_ASSIGN(auto files, tokenizer::BuildPresetTokenizer(512, "mixtral"));
-  ASSERT_OK_AND_ASSIGN(auto tok,
-                       tokenizer::Tokenizer::FromJson(files.tokenizer_json,
-                                                      files.tokenizer_config_json));
+  ASSERT_OK_AND_ASSIGN(
+      auto tok, tokenizer::Tokenizer::FromJson(files.tokenizer_json, files.tokenizer_config_json));
   ASSERT_OK_AND_ASSIGN(auto vocab, TokenVocabulary::FromTokenizer(*tok, 520, {}));
   EXPECT_TRUE(vocab->position_dependent());
   EXPECT_FALSE(vocab->is_text(515));  // past the tokenizer
@@ -186,9 +185,9 @@ TEST(CompiledGrammarTest, RealTokenizerOutputsDecodeToTheConstrainedText) {
   for (const std::string& target :
        {std::string("the cat sat"), std::string(" leading space"), std::string("{\"k\": [1, 2]}"),
         std::string("caf\xc3\xa9 \xe2\x82\xac")}) {
-    ASSERT_OK_AND_ASSIGN(auto g, CompileForTest({.kind = generation::ConstraintKind::kChoice,
-                                                 .choices = {target}},
-                                                vocab, registry));
+    ASSERT_OK_AND_ASSIGN(
+        auto g, CompileForTest({.kind = generation::ConstraintKind::kChoice, .choices = {target}},
+                               vocab, registry));
     GrammarMatcher m(g);
     std::vector<int32_t> ids;
     while (!m.terminated()) {

@@ -78,7 +78,8 @@ std::string ByteSetString(const ByteSet& set) {
   if (set.count() == 1) {
     for (int b = 0; b < 256; ++b) {
       if (set[b]) {
-        if (b >= 0x20 && b < 0x7f && b != '"' && b != '\\') return absl::StrCat("\"", std::string(1, static_cast<char>(b)), "\"");
+        if (b >= 0x20 && b < 0x7f && b != '"' && b != '\\')
+          return absl::StrCat("\"", std::string(1, static_cast<char>(b)), "\"");
         return absl::StrFormat("\\x%02x", b);
       }
     }
@@ -246,7 +247,8 @@ absl::Status Grammar::Validate() const {
   }
   for (const Expr& e : exprs_) {
     for (ExprId c : e.children) {
-      if (c < 0 || c >= num_exprs()) return absl::InvalidArgumentError("grammar: bad expression id");
+      if (c < 0 || c >= num_exprs())
+        return absl::InvalidArgumentError("grammar: bad expression id");
     }
     if (e.kind == Expr::Kind::kRef && (e.rule < 0 || e.rule >= num_rules())) {
       return absl::InvalidArgumentError("grammar: reference to an unknown rule");
@@ -288,8 +290,8 @@ std::string Grammar::ExprString(ExprId id) const {
 std::string Grammar::DebugString() const {
   std::string out;
   for (RuleId r = 0; r < num_rules(); ++r) {
-    absl::StrAppend(&out, r == root_ ? "root " : "", rule_name(r), " ::= ",
-                    rule_body(r) >= 0 ? ExprString(rule_body(r)) : "<none>", "\n");
+    absl::StrAppend(&out, r == root_ ? "root " : "", rule_name(r),
+                    " ::= ", rule_body(r) >= 0 ? ExprString(rule_body(r)) : "<none>", "\n");
   }
   return out;
 }

@@ -9,20 +9,16 @@ namespace moe::grammar {
 GrammarCache::GrammarCache(const GrammarCacheOptions& options,
                            std::shared_ptr<const TokenVocabulary> vocabulary,
                            common::metrics::Registry& registry, common::Clock& clock)
-    : options_(options),
-      vocabulary_(std::move(vocabulary)),
-      metrics_(registry),
-      clock_(clock) {}
+    : options_(options), vocabulary_(std::move(vocabulary)), metrics_(registry), clock_(clock) {}
 
 GrammarCache::Entry GrammarCache::Compile(const generation::Constraint& constraint) const {
   const int64_t spec_bytes = static_cast<int64_t>(constraint.spec.size());
   int64_t choice_bytes = 0;
   for (const std::string& c : constraint.choices) choice_bytes += static_cast<int64_t>(c.size());
   if (spec_bytes + choice_bytes > options_.max_spec_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the ",
-                                                   generation::ConstraintKindName(constraint.kind),
-                                                   " constraint is larger than ",
-                                                   options_.max_spec_bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", generation::ConstraintKindName(constraint.kind),
+                     " constraint is larger than ", options_.max_spec_bytes, " bytes"));
   }
   JsonGrammarOptions json;
   json.max_whitespace = options_.max_whitespace;

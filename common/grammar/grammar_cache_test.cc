@@ -14,8 +14,8 @@ namespace moe::grammar {
 namespace {
 
 using ::moe::common::testing::StatusIs;
-using ::testing::HasSubstr;
 using testing::ByteVocabulary;
+using ::testing::HasSubstr;
 using testing::Regex;
 using testing::Schema;
 

@@ -73,8 +73,7 @@ TEST(GrammarTest, DebugStringShowsRulesAndValidateNeedsBodies) {
   g.SetBody(v, g.Alt({g.Literal("null"), g.Seq({g.Byte('['), g.Ref(v), g.Byte(']')})}));
   g.set_root(v);
   EXPECT_THAT(g.Validate(), IsOk());
-  EXPECT_EQ(g.DebugString(),
-            "root value ::= ((\"n\" \"u\" \"l\" \"l\") | (\"[\" value \"]\"))\n");
+  EXPECT_EQ(g.DebugString(), "root value ::= ((\"n\" \"u\" \"l\" \"l\") | (\"[\" value \"]\"))\n");
 }
 
 TEST(AutomatonTest, InlinesNonRecursiveRulesAndKeepsRecursiveOnes) {

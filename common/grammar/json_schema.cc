@@ -2,8 +2,8 @@
 
 #include <cmath>
 #include <functional>
-#include <map>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,25 +23,42 @@ using Json = nlohmann::ordered_json;
 
 // Keywords that constrain values in ways this grammar cannot express: refused, never ignored.
 const absl::flat_hash_set<std::string>& UnsupportedKeywords() {
-  static const auto* k = new absl::flat_hash_set<std::string>{
-      "not",          "if",           "then",          "else",
-      "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas",
-      "dependencies", "unevaluatedProperties", "unevaluatedItems", "minProperties",
-      "maxProperties", "contains",    "minContains",   "maxContains",
-      "multipleOf",   "$dynamicRef",  "$recursiveRef"};
+  static const auto* k = new absl::flat_hash_set<std::string>{"not",
+                                                              "if",
+                                                              "then",
+                                                              "else",
+                                                              "patternProperties",
+                                                              "propertyNames",
+                                                              "dependentRequired",
+                                                              "dependentSchemas",
+                                                              "dependencies",
+                                                              "unevaluatedProperties",
+                                                              "unevaluatedItems",
+                                                              "minProperties",
+                                                              "maxProperties",
+                                                              "contains",
+                                                              "minContains",
+                                                              "maxContains",
+                                                              "multipleOf",
+                                                              "$dynamicRef",
+                                                              "$recursiveRef"};
   return *k;
 }
 
 constexpr const char* kFormats[][2] = {
     {"date", "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"},
-    {"time", "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
+    {"time",
+     "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]"
+     ")"},
     {"date-time",
      "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
      "(\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
     {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
     {"ipv4",
-     "((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"},
-    {"email", "[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\\.[a-zA-Z0-9-]{1,63}){0,4}\\.[a-zA-Z]{2,24}"},
+     "((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]"
+     ")"},
+    {"email",
+     "[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\\.[a-zA-Z0-9-]{1,63}){0,4}\\.[a-zA-Z]{2,24}"},
 };
 
 std::string PointerEscape(const std::string& key) {
@@ -87,9 +104,9 @@ class SchemaConverter {
     ExprId not_d = g_.Codepoints({{'0', '9'}, {'A', 'C'}, {'E', 'F'}, {'a', 'c'}, {'e', 'f'}});
     ExprId d = g_.Codepoints({{'D', 'D'}, {'d', 'd'}});
     ExprId low = g_.ByteRange('0', '7');
-    options.push_back(g_.Seq({g_.Literal("\\u"),
-                              g_.Alt({g_.Seq({not_d, g_.Repeat(hex, 3, 3)}),
-                                      g_.Seq({d, low, g_.Repeat(hex, 2, 2)})})}));
+    options.push_back(g_.Seq(
+        {g_.Literal("\\u"),
+         g_.Alt({g_.Seq({not_d, g_.Repeat(hex, 3, 3)}), g_.Seq({d, low, g_.Repeat(hex, 2, 2)})})}));
     return g_.Alt(std::move(options));
   }
 
@@ -123,7 +140,8 @@ class SchemaConverter {
     const size_t n = lo.size();
     if (n == 1) return g_.ByteRange(static_cast<uint8_t>(lo[0]), static_cast<uint8_t>(hi[0]));
     const std::string lo_rest = lo.substr(1), hi_rest = hi.substr(1);
-    if (lo[0] == hi[0]) return g_.Seq({g_.Byte(static_cast<uint8_t>(lo[0])), DigitRange(lo_rest, hi_rest)});
+    if (lo[0] == hi[0])
+      return g_.Seq({g_.Byte(static_cast<uint8_t>(lo[0])), DigitRange(lo_rest, hi_rest)});
     const std::string zeros(n - 1, '0'), nines(n - 1, '9');
     if (lo_rest == zeros && hi_rest == nines) {
       return g_.Seq({g_.ByteRange(static_cast<uint8_t>(lo[0]), static_cast<uint8_t>(hi[0])),
@@ -132,9 +150,9 @@ class SchemaConverter {
     std::vector<ExprId> options;
     options.push_back(g_.Seq({g_.Byte(static_cast<uint8_t>(lo[0])), DigitRange(lo_rest, nines)}));
     if (lo[0] + 1 <= hi[0] - 1) {
-      options.push_back(g_.Seq({g_.ByteRange(static_cast<uint8_t>(lo[0] + 1),
-                                             static_cast<uint8_t>(hi[0] - 1)),
-                                Digits(static_cast<int32_t>(n - 1), static_cast<int32_t>(n - 1))}));
+      options.push_back(
+          g_.Seq({g_.ByteRange(static_cast<uint8_t>(lo[0] + 1), static_cast<uint8_t>(hi[0] - 1)),
+                  Digits(static_cast<int32_t>(n - 1), static_cast<int32_t>(n - 1))}));
     }
     options.push_back(g_.Seq({g_.Byte(static_cast<uint8_t>(hi[0])), DigitRange(zeros, hi_rest)}));
     return g_.Alt(std::move(options));
@@ -284,8 +302,8 @@ class SchemaConverter {
     }
     if (it->get<int64_t>() > o_.max_count) {
       return absl::InvalidArgumentError(absl::StrCat("schema ", Where(path), ": '", key, "' of ",
-                                                     it->get<int64_t>(),
-                                                     " is above the supported ", o_.max_count));
+                                                     it->get<int64_t>(), " is above the supported ",
+                                                     o_.max_count));
     }
     return static_cast<int32_t>(it->get<int64_t>());
   }
@@ -298,15 +316,16 @@ class SchemaConverter {
             absl::StrCat("schema ", Where(path), ": 'pattern' must be a string"));
       }
       if (s.contains("minLength") || s.contains("maxLength")) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "schema ", Where(path), ": 'pattern' together with minLength/maxLength is not "
-            "supported; put the length into the pattern"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("schema ", Where(path),
+                         ": 'pattern' together with minLength/maxLength is not "
+                         "supported; put the length into the pattern"));
       }
       absl::StatusOr<ExprId> body =
           RegexToExpr(pattern->get<std::string>(), RegexContext::kJsonString, &g_);
       if (!body.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("schema ", Where(path + "/pattern"), ": ",
-                                                       body.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("schema ", Where(path + "/pattern"), ": ", body.status().message()));
       }
       return g_.Seq({g_.Byte('"'), *body, g_.Byte('"')});
     }
@@ -369,8 +388,8 @@ class SchemaConverter {
     ExprId close = g_.Seq({Ws(), g_.Byte(']')});
     if (k > 0) {
       if (*max >= 0 && *max < k) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "schema ", Where(path), ": maxItems is below the number of prefixItems"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("schema ", Where(path), ": maxItems is below the number of prefixItems"));
       }
       std::vector<ExprId> parts{prefix[0]};
       for (int32_t i = 1; i < k; ++i) {
@@ -378,8 +397,8 @@ class SchemaConverter {
         parts.push_back(prefix[static_cast<size_t>(i)]);
       }
       if (item.has_value()) {
-        parts.push_back(g_.Repeat(g_.Seq({Sep(','), *item}), std::max(0, *min - k),
-                                  *max < 0 ? -1 : *max - k));
+        parts.push_back(
+            g_.Repeat(g_.Seq({Sep(','), *item}), std::max(0, *min - k), *max < 0 ? -1 : *max - k));
       } else if (*min > k) {
         return absl::InvalidArgumentError(absl::StrCat(
             "schema ", Where(path), ": minItems is above prefixItems with items false"));
@@ -444,12 +463,11 @@ class SchemaConverter {
       if (!n.terminal) options.push_back(g_.Empty());
       CodepointRanges taken;
       for (const auto& [cp, child] : n.children) taken.emplace_back(cp, cp);
-      CodepointRanges other = NegateRanges(NormalizeRanges(
-          [&] {
-            CodepointRanges excluded = NegateRanges(raw);
-            excluded.insert(excluded.end(), taken.begin(), taken.end());
-            return excluded;
-          }()));
+      CodepointRanges other = NegateRanges(NormalizeRanges([&] {
+        CodepointRanges excluded = NegateRanges(raw);
+        excluded.insert(excluded.end(), taken.begin(), taken.end());
+        return excluded;
+      }()));
       if (!other.empty()) options.push_back(g_.Seq({g_.Codepoints(other), any_rest}));
       for (const auto& [cp, child] : n.children) {
         options.push_back(g_.Seq({g_.Codepoints({{cp, cp}}), build(child)}));
@@ -498,9 +516,8 @@ class SchemaConverter {
     }
     for (const std::string& name : required) {
       if (!declared.contains(name)) {
-        return absl::InvalidArgumentError(absl::StrCat("schema ", Where(path),
-                                                       ": required property '", name,
-                                                       "' is not in 'properties'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schema ", Where(path), ": required property '", name, "' is not in 'properties'"));
       }
     }
     // Extra properties: absent or false -> none (strict mode); true or a schema -> allowed after
@@ -544,12 +561,13 @@ class SchemaConverter {
       ExprId v = g_.Ref(any_rule_);
       ExprId str = StringExpr(0, -1);
       ExprId member = g_.Seq({str, Sep(':'), v});
-      ExprId object = g_.Seq({g_.Byte('{'), Ws(),
-                              g_.Optional(g_.Seq({member, g_.Repeat(g_.Seq({Sep(','), member}), 0, -1)})),
-                              Ws(), g_.Byte('}')});
+      ExprId object =
+          g_.Seq({g_.Byte('{'), Ws(),
+                  g_.Optional(g_.Seq({member, g_.Repeat(g_.Seq({Sep(','), member}), 0, -1)})), Ws(),
+                  g_.Byte('}')});
       ExprId array = g_.Seq({g_.Byte('['), Ws(),
-                             g_.Optional(g_.Seq({v, g_.Repeat(g_.Seq({Sep(','), v}), 0, -1)})), Ws(),
-                             g_.Byte(']')});
+                             g_.Optional(g_.Seq({v, g_.Repeat(g_.Seq({Sep(','), v}), 0, -1)})),
+                             Ws(), g_.Byte(']')});
       g_.SetBody(any_rule_, g_.Alt({object, array, str, UnboundedNumber(), g_.Literal("true"),
                                     g_.Literal("false"), g_.Literal("null")}));
     }
@@ -567,9 +585,9 @@ class SchemaConverter {
  private:
   absl::StatusOr<ExprId> RefSchema(const std::string& ref, const std::string& path) {
     if (ref.empty() || ref[0] != '#') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "schema ", Where(path), ": only local $ref (\"#\" or \"#/...\") is supported, got '", ref,
-          "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("schema ", Where(path),
+                       ": only local $ref (\"#\" or \"#/...\") is supported, got '", ref, "'"));
     }
     if (auto it = refs_.find(ref); it != refs_.end()) return g_.Ref(it->second);
     const Json* target = root_;
@@ -611,7 +629,8 @@ class SchemaConverter {
 
   absl::StatusOr<ExprId> ConvertSchema(const Json& s, const std::string& path) {
     if (++depth_ > 512) {
-      return absl::InvalidArgumentError(absl::StrCat("schema ", Where(path), ": nested too deeply"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("schema ", Where(path), ": nested too deeply"));
     }
     struct Leave {
       int* d;
@@ -628,8 +647,8 @@ class SchemaConverter {
     }
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (UnsupportedKeywords().contains(it.key())) {
-        return absl::InvalidArgumentError(absl::StrCat("schema ", Where(path), ": keyword '",
-                                                       it.key(), "' is not supported"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("schema ", Where(path), ": keyword '", it.key(), "' is not supported"));
       }
     }
     if (auto ref = s.find("$ref"); ref != s.end()) {
@@ -658,9 +677,9 @@ class SchemaConverter {
       }
       for (const char* sibling : {"type", "properties", "items", "enum", "const", "allOf"}) {
         if (s.contains(sibling)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "schema ", Where(path), ": '", key, "' together with '", sibling,
-              "' is not supported; move it into each alternative"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("schema ", Where(path), ": '", key, "' together with '", sibling,
+                           "' is not supported; move it into each alternative"));
         }
       }
       std::vector<ExprId> options;

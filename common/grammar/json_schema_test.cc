@@ -13,9 +13,9 @@ namespace moe::grammar {
 namespace {
 
 using ::moe::common::testing::StatusIs;
-using ::testing::HasSubstr;
 using testing::ByteVocabulary;
 using testing::CompileForTest;
+using ::testing::HasSubstr;
 using testing::Schema;
 
 class JsonSchemaTest : public ::testing::Test {
@@ -39,12 +39,12 @@ TEST_F(JsonSchemaTest, ObjectsKeepPropertyOrderWithOptionalProperties) {
   EXPECT_TRUE(g->Matches(R"({"a":1,"b":"x","c":true})"));
   EXPECT_TRUE(g->Matches(R"({"a": -12, "b": "x"})"));
   EXPECT_TRUE(g->Matches("{\n  \"b\" : \"\",\n  \"c\": false\n}"));
-  EXPECT_FALSE(g->Matches(R"({"a":1})"));              // b is required
-  EXPECT_FALSE(g->Matches(R"({"b":"x","a":1})"));      // declared order
-  EXPECT_FALSE(g->Matches(R"({"b":"x","d":1})"));      // no extras
-  EXPECT_FALSE(g->Matches(R"({"b":"x",})"));           // trailing comma
-  EXPECT_FALSE(g->Matches(R"({"b":"x"}  )"));          // nothing after the value
-  EXPECT_FALSE(g->Matches("{\"b\":     \"x\"}"));      // at most 4 whitespace characters
+  EXPECT_FALSE(g->Matches(R"({"a":1})"));          // b is required
+  EXPECT_FALSE(g->Matches(R"({"b":"x","a":1})"));  // declared order
+  EXPECT_FALSE(g->Matches(R"({"b":"x","d":1})"));  // no extras
+  EXPECT_FALSE(g->Matches(R"({"b":"x",})"));       // trailing comma
+  EXPECT_FALSE(g->Matches(R"({"b":"x"}  )"));      // nothing after the value
+  EXPECT_FALSE(g->Matches("{\"b\":     \"x\"}"));  // at most 4 whitespace characters
 }
 
 TEST_F(JsonSchemaTest, AllOptionalObjectsAndAdditionalProperties) {
@@ -53,7 +53,7 @@ TEST_F(JsonSchemaTest, AllOptionalObjectsAndAdditionalProperties) {
   EXPECT_TRUE(g->Matches(R"({"a":null})"));
   EXPECT_TRUE(g->Matches(R"({"a":null,"zz":[1,{"q":"r"}]})"));
   EXPECT_TRUE(g->Matches(R"({"zz":2.5e3})"));
-  EXPECT_FALSE(g->Matches(R"({"a":1})"));       // a declared name is no extra
+  EXPECT_FALSE(g->Matches(R"({"a":1})"));  // a declared name is no extra
   EXPECT_FALSE(g->Matches(R"({"a":null,"a":1})"));
   EXPECT_TRUE(g->Matches(R"({"ab":1,"":2,"b":3})"));
 }
@@ -79,7 +79,7 @@ TEST_F(JsonSchemaTest, StringsCountCharactersAndKeepUtf8Valid) {
   EXPECT_TRUE(g->Matches(R"("\n\"\u00e9")"));
   EXPECT_FALSE(g->Matches(R"("abcd")"));
   EXPECT_FALSE(g->Matches(R"("")"));
-  EXPECT_FALSE(g->Matches("\"a\nb\""));  // raw control character
+  EXPECT_FALSE(g->Matches("\"a\nb\""));     // raw control character
   EXPECT_FALSE(g->Matches(R"("\ud800")"));  // lone surrogate escape
   EXPECT_FALSE(g->IsPrefix("\"\xc3\x28"));  // broken UTF-8
   g = Compile(R"({"type": "string", "format": "date"})");
@@ -89,8 +89,10 @@ TEST_F(JsonSchemaTest, StringsCountCharactersAndKeepUtf8Valid) {
 
 TEST_F(JsonSchemaTest, IntegerAndNumberRanges) {
   auto g = Compile(R"({"type": "integer", "minimum": -5, "maximum": 120})");
-  for (const char* ok : {"-5", "-1", "0", "7", "99", "100", "120"}) EXPECT_TRUE(g->Matches(ok)) << ok;
-  for (const char* bad : {"-6", "121", "007", "-0", "1.5", "200"}) EXPECT_FALSE(g->Matches(bad)) << bad;
+  for (const char* ok : {"-5", "-1", "0", "7", "99", "100", "120"})
+    EXPECT_TRUE(g->Matches(ok)) << ok;
+  for (const char* bad : {"-6", "121", "007", "-0", "1.5", "200"})
+    EXPECT_FALSE(g->Matches(bad)) << bad;
   g = Compile(R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 1000})");
   EXPECT_TRUE(g->Matches("1"));
   EXPECT_TRUE(g->Matches("999"));
@@ -131,7 +133,8 @@ TEST_F(JsonSchemaTest, RefsIntoDefsAndRecursion) {
         "required": ["v", "kids"], "additionalProperties": false}},
       "$ref": "#/$defs/node"})");
   EXPECT_TRUE(g->Matches(R"({"v":1,"kids":[]})"));
-  EXPECT_TRUE(g->Matches(R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]},{"v":4,"kids":[]}]})"));
+  EXPECT_TRUE(
+      g->Matches(R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]},{"v":4,"kids":[]}]})"));
   EXPECT_FALSE(g->Matches(R"({"v":1,"kids":[{"v":2}]})"));
 }
 
@@ -148,7 +151,8 @@ TEST_F(JsonSchemaTest, AnyValueAndJsonObjectMode) {
 }
 
 TEST_F(JsonSchemaTest, BadSchemasNameTheProblemAndWhere) {
-  EXPECT_THAT(Error("{"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
+  EXPECT_THAT(Error("{"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
   EXPECT_THAT(Error(R"({"type": "object", "properties": {"a": {"not": {}}}})"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("schema /properties/a: keyword 'not' is not supported")));

@@ -28,7 +28,8 @@ class RegexParser {
 
   absl::StatusOr<ExprId> Parse() {
     ExprId e = ParseAlt(0);
-    if (error_.ok() && i_ < p_.size()) Fail(p_[i_] == ')' ? "unbalanced ')'" : "unexpected character");
+    if (error_.ok() && i_ < p_.size())
+      Fail(p_[i_] == ')' ? "unbalanced ')'" : "unexpected character");
     if (!error_.ok()) return error_;
     return e;
   }
@@ -167,8 +168,8 @@ class RegexParser {
         const char k = Peek();
         if (k == ':') {
           ++i_;
-        } else if (k == 'P' || (k == '<' && i_ + 1 < p_.size() && p_[i_ + 1] != '=' &&
-                                p_[i_ + 1] != '!')) {
+        } else if (k == 'P' ||
+                   (k == '<' && i_ + 1 < p_.size() && p_[i_ + 1] != '=' && p_[i_ + 1] != '!')) {
           if (k == 'P') ++i_;
           if (AtEnd() || Peek() != '<') {
             Fail("unsupported group syntax");

@@ -13,9 +13,9 @@ namespace moe::grammar {
 namespace {
 
 using ::moe::common::testing::StatusIs;
-using ::testing::HasSubstr;
 using testing::ByteVocabulary;
 using testing::CompileForTest;
+using ::testing::HasSubstr;
 using testing::Regex;
 using testing::Schema;
 
@@ -58,10 +58,10 @@ TEST_F(RegexTest, NegatedClassesAndDotAreWholeUtf8Characters) {
   auto g = Compile("[^a-c]");
   EXPECT_TRUE(g->Matches("d"));
   EXPECT_FALSE(g->Matches("b"));
-  EXPECT_TRUE(g->Matches("\xc3\xa9"));      // é
-  EXPECT_TRUE(g->IsPrefix("\xc3"));         // first byte of it
-  EXPECT_FALSE(g->IsPrefix("\xff"));        // never valid UTF-8
-  EXPECT_FALSE(g->IsPrefix("\xed\xa0"));    // a surrogate
+  EXPECT_TRUE(g->Matches("\xc3\xa9"));    // é
+  EXPECT_TRUE(g->IsPrefix("\xc3"));       // first byte of it
+  EXPECT_FALSE(g->IsPrefix("\xff"));      // never valid UTF-8
+  EXPECT_FALSE(g->IsPrefix("\xed\xa0"));  // a surrogate
   g = Compile(".{2}");
   EXPECT_TRUE(g->Matches("x\xe2\x82\xac"));  // x€
   EXPECT_FALSE(g->Matches("x\n"));
@@ -91,8 +91,8 @@ TEST_F(RegexTest, UnsupportedFeaturesAreNamed) {
 }
 
 TEST_F(RegexTest, PatternsInsideJsonStringsAreEscaped) {
-  auto g = CompileForTest(Schema(R"({"type": "string", "pattern": "a\"b\\n?"})"),
-                          ByteVocabulary(), registry_);
+  auto g = CompileForTest(Schema(R"({"type": "string", "pattern": "a\"b\\n?"})"), ByteVocabulary(),
+                          registry_);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_TRUE((*g)->Matches(R"("a\"b")"));
   EXPECT_TRUE((*g)->Matches(R"("a\"b\n")"));

@@ -97,8 +97,8 @@ class StateTable {
   absl::flat_hash_map<StackKey, int32_t> stack_ids_;
   std::vector<std::vector<int32_t>> configs_;  // sorted stack ids
   absl::flat_hash_map<std::vector<int32_t>, ConfigId> config_ids_;
-  std::vector<uint8_t> accepting_;    // [configs]
-  std::vector<int8_t> can_continue_;  // [configs]: -1 unknown
+  std::vector<uint8_t> accepting_;                       // [configs]
+  std::vector<int8_t> can_continue_;                     // [configs]: -1 unknown
   absl::flat_hash_map<uint64_t, ConfigId> transitions_;  // (config << 8 | byte) -> next
   // StepStack scratch.
   std::vector<int32_t> visited_;

@@ -43,9 +43,11 @@ FileStamp StampOf(const std::string& path) {
 // One token file's digest. The token itself is dropped as soon as it is hashed.
 absl::StatusOr<SecretDigest> ReadTokenDigest(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return absl::NotFoundError(absl::StrCat("token file \"", path, "\": cannot read"));
+  if (!text.ok())
+    return absl::NotFoundError(absl::StrCat("token file \"", path, "\": cannot read"));
   absl::string_view token = absl::StripAsciiWhitespace(*text);
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file \"", path, "\" is empty"));
+  if (token.empty())
+    return absl::InvalidArgumentError(absl::StrCat("token file \"", path, "\" is empty"));
   return DigestOf(std::string_view(token.data(), token.size()));
 }
 
@@ -73,8 +75,9 @@ struct Authorizer::Rep {
   Rep(std::string service, metrics::Registry& registry, Clock& clock)
       : service(std::move(service)),
         clock(clock),
-        refused(registry.CounterFamily("moe_rpc_refused_total",
-                                       "gRPC calls refused by authorisation, per method and code.")) {}
+        refused(registry.CounterFamily(
+            "moe_rpc_refused_total", "gRPC calls refused by authorisation, per method and code.")) {
+  }
 
   // Re-reads token files whose stamp changed, at most once per reload interval. A file that
   // became unreadable or empty keeps no token (a revoked token stops working).
@@ -184,8 +187,8 @@ RoleSet Authorizer::RolesOf(const ::grpc::ServerContextBase& context) const {
   }
   if (!rep_->tokens_empty) {
     const auto& md = context.client_metadata();
-    auto [begin, end] = md.equal_range(::grpc::string_ref(kAuthorizationMetadata.data(),
-                                                          kAuthorizationMetadata.size()));
+    auto [begin, end] = md.equal_range(
+        ::grpc::string_ref(kAuthorizationMetadata.data(), kAuthorizationMetadata.size()));
     if (begin != end) {
       rep_->MaybeReload();
       const absl::string_view bearer(begin->second.data(), begin->second.size());
@@ -210,12 +213,14 @@ RoleSet Authorizer::RolesOf(const ::grpc::ServerContextBase& context) const {
       .Increment();
   if (anonymous) {
     return ::grpc::Status(::grpc::StatusCode::UNAUTHENTICATED,
-                          absl::StrCat(std::string(policy.method), ": no client certificate or token that names "
-                                                      "a role of this cluster"));
+                          absl::StrCat(std::string(policy.method),
+                                       ": no client certificate or token that names "
+                                       "a role of this cluster"));
   }
-  return ::grpc::Status(::grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat(std::string(policy.method), ": needs role ", policy.allowed.ToString(),
-                                     "; the caller holds ", roles.ToString()));
+  return ::grpc::Status(
+      ::grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat(std::string(policy.method), ": needs role ", policy.allowed.ToString(),
+                   "; the caller holds ", roles.ToString()));
 }
 
 }  // namespace moe::common::rpc

@@ -39,7 +39,6 @@
 
 namespace moe::common::rpc {
 
-
 class RoleSet {
  public:
   constexpr RoleSet() = default;
@@ -62,8 +61,6 @@ struct MethodPolicy {
   std::string_view method;  // "SetPlacement" (the name in the .proto)
   RoleSet allowed;
 };
-
-
 
 class Authorizer {
  public:

@@ -12,9 +12,9 @@
 #include "common/base/file.h"
 #include "common/grpc/auth.h"
 #include "common/grpc/status.h"
-#include "grpcpp/support/client_interceptor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace moe::common::rpc {
 namespace {
@@ -47,7 +47,8 @@ class TokenSource {
                           st.st_mtim.tv_nsec + static_cast<int64_t>(st.st_size);
     if (stamp == stamp_ && !value_.empty()) return absl::OkStatus();
     absl::StatusOr<std::string> text = ReadFile(path_);
-    if (!text.ok()) return absl::NotFoundError(absl::StrCat("token_file: cannot read \"", path_, "\""));
+    if (!text.ok())
+      return absl::NotFoundError(absl::StrCat("token_file: cannot read \"", path_, "\""));
     absl::string_view token = absl::StripAsciiWhitespace(*text);
     if (token.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("token_file: \"", path_, "\" is empty"));

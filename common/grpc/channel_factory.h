@@ -15,7 +15,6 @@
 
 namespace moe::common::rpc {
 
-
 // A channel to `target` ("host:port" or a gRPC target URI). Connects lazily: errors reaching the
 // peer surface on the first call. kInvalidArgument / kNotFound for bad options or TLS files.
 absl::StatusOr<std::shared_ptr<::grpc::Channel>> CreateChannel(const std::string& target,

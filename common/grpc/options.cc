@@ -66,9 +66,12 @@ absl::Status ClientTlsOptions::Validate() const {
 
 std::string_view RoleName(Role role) {
   switch (role) {
-    case Role::kGateway: return "gateway";
-    case Role::kRouter: return "router";
-    case Role::kAdmin: return "admin";
+    case Role::kGateway:
+      return "gateway";
+    case Role::kRouter:
+      return "router";
+    case Role::kAdmin:
+      return "admin";
   }
   return "?";
 }
@@ -81,9 +84,12 @@ void RoleMembers::Describe(config::Schema<RoleMembers>& s) {
 
 const RoleMembers& AuthOptions::members(Role r) const {
   switch (r) {
-    case Role::kGateway: return gateway;
-    case Role::kRouter: return router;
-    case Role::kAdmin: return admin;
+    case Role::kGateway:
+      return gateway;
+    case Role::kRouter:
+      return router;
+    case Role::kAdmin:
+      return admin;
   }
   return admin;
 }
@@ -106,12 +112,14 @@ absl::Status AuthOptions::Validate() const {
     const RoleMembers& m = members(r);
     for (const std::string& id : m.identities) {
       if (id.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(std::string(RoleName(r)), ".identities: empty entry"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(std::string(RoleName(r)), ".identities: empty entry"));
       }
     }
     for (const std::string& f : m.token_files) {
       if (f.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(std::string(RoleName(r)), ".token_files: empty entry"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(std::string(RoleName(r)), ".token_files: empty entry"));
       }
     }
     any = any || !m.identities.empty() || !m.token_files.empty();

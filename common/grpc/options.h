@@ -50,7 +50,7 @@ struct ClientTlsOptions {
 enum class Role : uint8_t {
   kGateway = 0,  // Router.Generate, asr, tts.
   kRouter = 1,   // ExpertWorker.RunExperts / NegotiateTransport, kv-store Put/Get/Lookup.
-  kAdmin = 2,    // moe admin, the operator: placement, loading experts, anything that changes state.
+  kAdmin = 2,  // moe admin, the operator: placement, loading experts, anything that changes state.
 };
 inline constexpr int kNumRoles = 3;
 std::string_view RoleName(Role role);

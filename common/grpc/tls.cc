@@ -1,6 +1,5 @@
 #include "common/grpc/tls.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "common/base/file.h"
 #include "grpcpp/security/tls_certificate_provider.h"

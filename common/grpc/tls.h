@@ -17,8 +17,6 @@
 
 namespace moe::common::rpc {
 
-
-
 // Insecure credentials when TLS is off. kInvalidArgument for invalid options, kNotFound when a
 // file cannot be read.
 absl::StatusOr<std::shared_ptr<::grpc::ServerCredentials>> MakeServerCredentials(

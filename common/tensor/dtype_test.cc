@@ -18,8 +18,8 @@ TEST(DTypeTest, Bf16RoundTripsAndRoundsToNearestEven) {
 }
 
 TEST(DTypeTest, F16ConvertsExactlyRepresentableValues) {
-  for (float v : {0.0f, 1.0f, -1.0f, 0.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f,
-                  -3.140625f}) {
+  for (float v :
+       {0.0f, 1.0f, -1.0f, 0.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f, -3.140625f}) {
     EXPECT_EQ(F16ToF32(F32ToF16(v)), v) << v;
   }
   EXPECT_TRUE(std::isinf(F16ToF32(F32ToF16(1e6f))));

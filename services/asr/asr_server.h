@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "common/grpc/auth.h"
 #include "common/config/schema.h"
+#include "common/grpc/auth.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
 #include "moe/asr/v1/asr.grpc.pb.h"
@@ -42,7 +42,8 @@ absl::StatusOr<StreamConfig> StreamConfigFromProto(const moe::asr::v1::Recogniti
 moe::asr::v1::TranscribeResponse EventToProto(const AsrEvent& event);
 
 // Who may call it (common/grpc/auth.h; SECURITY.md): the gateway.
-inline constexpr common::rpc::MethodPolicy kTranscribePolicy{"Transcribe", {common::rpc::Role::kGateway}};
+inline constexpr common::rpc::MethodPolicy kTranscribePolicy{"Transcribe",
+                                                             {common::rpc::Role::kGateway}};
 inline constexpr common::rpc::MethodPolicy kAsrServerPolicies[] = {kTranscribePolicy};
 
 class AsrServer final : public moe::asr::v1::Asr::Service {

@@ -6,8 +6,8 @@
 #include <functional>
 #include <string>
 
-#include "common/grpc/auth.h"
 #include "common/config/schema.h"
+#include "common/grpc/auth.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
 #include "moe/expert_worker/v1/expert_worker.grpc.pb.h"
@@ -60,8 +60,8 @@ struct ExpertWorkerOptions {
 // the data plane; the admin (moe admin, the operator) loads and unloads them.
 inline constexpr common::rpc::MethodPolicy kRunExpertsPolicy{"RunExperts",
                                                              {common::rpc::Role::kRouter}};
-inline constexpr common::rpc::MethodPolicy kNegotiateTransportPolicy{
-    "NegotiateTransport", {common::rpc::Role::kRouter}};
+inline constexpr common::rpc::MethodPolicy kNegotiateTransportPolicy{"NegotiateTransport",
+                                                                     {common::rpc::Role::kRouter}};
 inline constexpr common::rpc::MethodPolicy kLoadExpertsPolicy{"LoadExperts",
                                                               {common::rpc::Role::kAdmin}};
 inline constexpr common::rpc::MethodPolicy kUnloadExpertsPolicy{"UnloadExperts",

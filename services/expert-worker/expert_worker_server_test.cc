@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/grpc/channel_factory.h"
-#include "common/grpc/testing/method_policy.h"
 #include "common/grpc/server_runner.h"
+#include "common/grpc/testing/method_policy.h"
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "common/nccl/testing/fake_communicator.h"
@@ -261,9 +261,9 @@ TEST_F(ExpertWorkerServerTest, NcclOnlyWhenTheCallerPrefersIt) {
 TEST_F(ExpertWorkerServerTest, EveryMethodServesOnlyItsRoles) {
   common::rpc::testing::ClusterPki pki(common::testing::MakeTempDir("expert_worker_auth"));
   const common::rpc::ServerOptions grpc = pki.Server();
-  ASSERT_OK_AND_ASSIGN(auto auth, common::rpc::Authorizer::Create(grpc.auth, "expert-worker",
-                                                                  registry_,
-                                                                  common::SystemClock::Get()));
+  ASSERT_OK_AND_ASSIGN(auto auth,
+                       common::rpc::Authorizer::Create(grpc.auth, "expert-worker", registry_,
+                                                       common::SystemClock::Get()));
   ExpertWorkerServer service(core_.get());
   service.SetAuthorizer(*auth);
   common::rpc::ServerRunner runner(grpc);

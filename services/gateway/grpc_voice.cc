@@ -196,7 +196,8 @@ absl::StatusOr<std::unique_ptr<Targets<typename Service::Stub>>> Connect(
     const std::vector<std::string>& targets, const common::rpc::ChannelOptions& channel_options) {
   auto out = std::make_unique<Targets<typename Service::Stub>>();
   for (const std::string& t : targets) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = common::rpc::CreateChannel(t, channel_options);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        common::rpc::CreateChannel(t, channel_options);
     if (!channel.ok()) return channel.status();
     out->stubs.push_back(Service::NewStub(*channel));
   }

@@ -124,7 +124,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   };
   std::deque<Out> out_;
   int64_t queued_bytes_ = 0;
-  bool open_ = false;     // handshake done
+  bool open_ = false;  // handshake done
   bool writing_ = false;
   bool closing_ = false;  // a close frame is queued or sent
   bool finished_ = false;
@@ -135,12 +135,14 @@ class WsWriter final : public WebSocketWriter {
   explicit WsWriter(std::weak_ptr<WsSession> session) : session_(std::move(session)) {}
   void SendText(std::string message) override {
     if (std::shared_ptr<WsSession> s = session_.lock()) {
-      net::post(s->executor(), [s, m = std::move(message)]() mutable { s->OnSendText(std::move(m)); });
+      net::post(s->executor(),
+                [s, m = std::move(message)]() mutable { s->OnSendText(std::move(m)); });
     }
   }
   void Close(uint16_t code, std::string reason) override {
     if (std::shared_ptr<WsSession> s = session_.lock()) {
-      net::post(s->executor(), [s, code, r = std::move(reason)]() mutable { s->OnClose(code, std::move(r)); });
+      net::post(s->executor(),
+                [s, code, r = std::move(reason)]() mutable { s->OnClose(code, std::move(r)); });
     }
   }
 
@@ -384,10 +386,9 @@ void Connection::OnHeader(beast::error_code ec) {
       return;
     }
     parser_->body_limit(limit);  // chunked bodies: checked as they arrive
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](
-                                                     beast::error_code ec2, size_t) {
-      self->OnRead(ec2);
-    });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec2, size_t) { self->OnRead(ec2); });
     return;
   }
   OnRead(ec);
@@ -396,13 +397,14 @@ void Connection::OnHeader(beast::error_code ec) {
 void Connection::OnRead(beast::error_code ec) {
   if (state_ == State::kClosed) return;
   if (ec == http::error::body_limit) {
-    SendError(ApiError::TooLarge(absl::StrCat(
-        "The request body exceeds ", parser_->get().count(http::field::content_type) &&
-                                             beast::iequals(parser_->get()[http::field::content_type].substr(0, 19),
-                                                            "multipart/form-data")
-                                         ? server_->options().max_upload_bytes
-                                         : server_->options().max_body_bytes,
-        " bytes.")));
+    SendError(ApiError::TooLarge(
+        absl::StrCat("The request body exceeds ",
+                     parser_->get().count(http::field::content_type) &&
+                             beast::iequals(parser_->get()[http::field::content_type].substr(0, 19),
+                                            "multipart/form-data")
+                         ? server_->options().max_upload_bytes
+                         : server_->options().max_body_bytes,
+                     " bytes.")));
     return;
   }
   if (ec == http::error::header_limit) {
@@ -678,11 +680,12 @@ WsSession::~WsSession() {
 
 void WsSession::Reject(http::response<http::string_body> res) {
   auto r = std::make_shared<http::response<http::string_body>>(std::move(res));
-  http::async_write(ws_.next_layer(), *r, [self = shared_from_this(), r](beast::error_code, size_t) {
-    beast::error_code ignored;
-    self->ws_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
-    self->ws_.next_layer().close();
-  });
+  http::async_write(ws_.next_layer(), *r,
+                    [self = shared_from_this(), r](beast::error_code, size_t) {
+                      beast::error_code ignored;
+                      self->ws_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
+                      self->ws_.next_layer().close();
+                    });
 }
 
 void WsSession::Accept(http::request<http::string_body> req,
@@ -693,11 +696,10 @@ void WsSession::Accept(http::request<http::string_body> req,
   ws_.next_layer().expires_never();
   // Pings keep idle sessions alive through proxies; a peer silent past the timeout is gone.
   ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-  ws_.set_option(websocket::stream_base::decorator(
-      [subprotocol](websocket::response_type& res) {
-        res.set(http::field::server, "moe-gateway");
-        if (!subprotocol.empty()) res.set(http::field::sec_websocket_protocol, subprotocol);
-      }));
+  ws_.set_option(websocket::stream_base::decorator([subprotocol](websocket::response_type& res) {
+    res.set(http::field::server, "moe-gateway");
+    if (!subprotocol.empty()) res.set(http::field::sec_websocket_protocol, subprotocol);
+  }));
   ws_.read_message_max(static_cast<uint64_t>(server_->options().max_ws_message_bytes));
   auto r = std::make_shared<http::request<http::string_body>>(std::move(req));
   ws_.async_accept(*r, [self = shared_from_this(), r](beast::error_code ec) {
@@ -756,27 +758,27 @@ void WsSession::DoWrite() {
   writing_ = true;
   Out& front = out_.front();
   if (front.close) {
-    ws_.async_close(websocket::close_reason(static_cast<websocket::close_code>(front.code),
-                                            front.data),
-                    [self = shared_from_this()](beast::error_code) {
-                      self->writing_ = false;
-                      self->out_.clear();
-                      // The read loop ends when the peer answers the close (or the timeout).
-                    });
+    ws_.async_close(
+        websocket::close_reason(static_cast<websocket::close_code>(front.code), front.data),
+        [self = shared_from_this()](beast::error_code) {
+          self->writing_ = false;
+          self->out_.clear();
+          // The read loop ends when the peer answers the close (or the timeout).
+        });
     return;
   }
   ws_.text(true);
-  ws_.async_write(net::buffer(front.data), [self = shared_from_this()](beast::error_code ec,
-                                                                       size_t) {
-    self->writing_ = false;
-    if (ec) {
-      self->out_.clear();
-      return;  // the read side sees the failure too and finishes
-    }
-    self->queued_bytes_ -= static_cast<int64_t>(self->out_.front().data.size());
-    self->out_.pop_front();
-    self->DoWrite();
-  });
+  ws_.async_write(net::buffer(front.data),
+                  [self = shared_from_this()](beast::error_code ec, size_t) {
+                    self->writing_ = false;
+                    if (ec) {
+                      self->out_.clear();
+                      return;  // the read side sees the failure too and finishes
+                    }
+                    self->queued_bytes_ -= static_cast<int64_t>(self->out_.front().data.size());
+                    self->out_.pop_front();
+                    self->DoWrite();
+                  });
 }
 
 void WsSession::Finish() {

@@ -41,8 +41,7 @@ class HttpServer {
   // Also serves WebSocket upgrades with `upgrade` (without one, an upgrade request is a plain
   // request for `handler`).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpOptions& options,
-                                                           Handler handler,
-                                                           UpgradeHandler upgrade,
+                                                           Handler handler, UpgradeHandler upgrade,
                                                            GatewayMetrics& metrics);
   virtual ~HttpServer() = default;
 

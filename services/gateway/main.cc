@@ -32,12 +32,8 @@ namespace {
 using namespace moe;  // NOLINT: a main's wiring reads better without the prefixes.
 
 const common::config::FlagAlias kAliases[] = {
-    {"model", "model_dir"},
-    {"port", "http.port"},
-    {"host", "http.host"},
-    {"router", "routing.routers"},
-    {"asr", "voice.asr"},
-    {"tts", "voice.tts"},
+    {"model", "model_dir"},        {"port", "http.port"}, {"host", "http.host"},
+    {"router", "routing.routers"}, {"asr", "voice.asr"},  {"tts", "voice.tts"},
 };
 
 absl::Status Run(int argc, char** argv) {
@@ -63,15 +59,13 @@ absl::Status Run(int argc, char** argv) {
   auto backend = gateway::GrpcBackend::Create(options->routing, model->id);
   if (!backend.ok()) return backend.status();
   // Voice: the asr and tts services (without targets the voice endpoints answer 503).
-  auto asr = gateway::CreateGrpcAsrClient(
-      {.targets = options->voice.asr,
-       .max_queued_bytes = options->voice.max_queued_bytes,
-       .channel = options->voice.channel});
+  auto asr = gateway::CreateGrpcAsrClient({.targets = options->voice.asr,
+                                           .max_queued_bytes = options->voice.max_queued_bytes,
+                                           .channel = options->voice.channel});
   if (!asr.ok()) return asr.status();
-  auto tts = gateway::CreateGrpcTtsClient(
-      {.targets = options->voice.tts,
-       .max_queued_bytes = options->voice.max_queued_bytes,
-       .channel = options->voice.channel});
+  auto tts = gateway::CreateGrpcTtsClient({.targets = options->voice.tts,
+                                           .max_queued_bytes = options->voice.max_queued_bytes,
+                                           .channel = options->voice.channel});
   if (!tts.ok()) return tts.status();
   gateway::ThreadTimerQueue timers(clock);
   auto gw = gateway::Gateway::Create(*options, *model,

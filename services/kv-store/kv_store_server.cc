@@ -143,7 +143,8 @@ void ReleaseStorage(void* p) { delete static_cast<std::shared_ptr<const std::str
   return ::grpc::Status::OK;
 }
 
-::grpc::Status KvStoreServer::Lookup(::grpc::ServerContext* context, const pb::LookupRequest* request,
+::grpc::Status KvStoreServer::Lookup(::grpc::ServerContext* context,
+                                     const pb::LookupRequest* request,
                                      pb::LookupResponse* response) {
   if (::grpc::Status s = Check(*context, kv_policy::kLookup); !s.ok()) return s;
   if (absl::Status s = core_.CheckFidelity(FromProto(request->fidelity())); !s.ok()) {

@@ -44,10 +44,12 @@ inline constexpr MethodPolicy kStats{"Stats", {Role::kRouter, Role::kAdmin}};
 inline constexpr MethodPolicy kGetCachedResponse{"GetCachedResponse", {Role::kRouter}};
 inline constexpr MethodPolicy kPutCachedResponse{"PutCachedResponse", {Role::kRouter}};
 }  // namespace kv_policy
-inline constexpr common::rpc::MethodPolicy kKvStorePolicies[] = {
-    kv_policy::kPut,   kv_policy::kGet,
-    kv_policy::kLookup, kv_policy::kStats,
-    kv_policy::kGetCachedResponse, kv_policy::kPutCachedResponse};
+inline constexpr common::rpc::MethodPolicy kKvStorePolicies[] = {kv_policy::kPut,
+                                                                 kv_policy::kGet,
+                                                                 kv_policy::kLookup,
+                                                                 kv_policy::kStats,
+                                                                 kv_policy::kGetCachedResponse,
+                                                                 kv_policy::kPutCachedResponse};
 
 // Thread-safe (gRPC threads call it). Borrows `core` and the authorizer.
 class KvStoreServer final : public moe::kv_store::v1::KvStore::WithRawCallbackMethod_Get<

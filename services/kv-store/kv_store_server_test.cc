@@ -258,9 +258,10 @@ TEST_F(KvStoreServerTest, EveryMethodServesOnlyItsRoles) {
   ASSERT_NE(descriptor, nullptr);
   pki.ExpectEveryMethodGuarded(absl::StrCat("127.0.0.1:", runner.port()), *descriptor,
                                kKvStorePolicies);
-  EXPECT_THAT(registry_.Value("moe_rpc_refused_total",
-                              {{"service", "kv-store"}, {"method", "Get"}, {"code", "PERMISSION_DENIED"}}),
-              common::testing::IsOkAndHolds(2.0));  // the gateway's and the admin's
+  EXPECT_THAT(
+      registry_.Value("moe_rpc_refused_total",
+                      {{"service", "kv-store"}, {"method", "Get"}, {"code", "PERMISSION_DENIED"}}),
+      common::testing::IsOkAndHolds(2.0));  // the gateway's and the admin's
   runner.Shutdown(absl::Now());
 }
 

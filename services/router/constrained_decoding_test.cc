@@ -148,8 +148,8 @@ TEST_F(ConstrainedDecodingTest, AConstrainedGreedyRequestAloneEqualsItInAMixedBa
   mixed.push_back(Request("Another one:", regex, 0.9f));
   mixed.push_back(Request("Tell me a story", {}, 0.7f, 40));
   mixed.push_back(Request("Describe a person:", kJson, 0));
-  mixed.push_back(Request("Some JSON please", {.kind = generation::ConstraintKind::kJsonObject},
-                          1.0f, 60));
+  mixed.push_back(
+      Request("Some JSON please", {.kind = generation::ConstraintKind::kJsonObject}, 1.0f, 60));
   mixed.push_back(Request("Describe a person:", {}, 0, 50));
   mixed.push_back(Request("Who?", kJson, 1.0f));
   const std::vector<Output> out = Run(std::move(mixed));

@@ -533,8 +533,8 @@ absl::Status RemoteExpertExecutor::AwaitPartial(engine::ExpertCallHandle handle,
         timing.max_compute = std::max(timing.max_compute, rpc->compute);
         if (rpc->shm != nullptr) {
           const ShmCallTimes& t = rpc->shm_times;
-          timing.shm_to_worker_max = std::max(
-              timing.shm_to_worker_max, absl::Nanoseconds(t.picked_mono_ns - t.sent_mono_ns));
+          timing.shm_to_worker_max = std::max(timing.shm_to_worker_max,
+                                              absl::Nanoseconds(t.picked_mono_ns - t.sent_mono_ns));
           timing.shm_to_router_max = std::max(
               timing.shm_to_router_max, absl::Nanoseconds(t.seen_mono_ns - t.published_mono_ns));
           if (t.compute_start_mono_ns != 0) {

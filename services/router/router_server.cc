@@ -78,7 +78,8 @@ absl::StatusOr<generation::Constraint> ConstraintFromProto(const pb::Constraint&
       out.spec = c.json_schema();
       break;
     case pb::Constraint::kJsonObject:
-      if (!c.json_object()) return absl::InvalidArgumentError("constraint.json_object must be true");
+      if (!c.json_object())
+        return absl::InvalidArgumentError("constraint.json_object must be true");
       out.kind = generation::ConstraintKind::kJsonObject;
       break;
     case pb::Constraint::kRegex:

@@ -8,8 +8,8 @@
 
 #include "common/engine/generator.h"
 #include "common/grpc/channel_factory.h"
-#include "common/grpc/testing/method_policy.h"
 #include "common/grpc/server_runner.h"
+#include "common/grpc/testing/method_policy.h"
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "common/testing/free_port.h"
@@ -23,9 +23,9 @@ namespace moe::router {
 namespace {
 
 namespace pb = ::moe::router::v1;
+using ::moe::common::testing::IsOkAndHolds;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using ::moe::common::testing::IsOkAndHolds;
 
 class RouterServerTest : public ::testing::Test {
  protected:

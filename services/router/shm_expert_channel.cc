@@ -150,8 +150,8 @@ bool ShmExpertChannel::TakeAnswer(const shm::RingRecord& record) {
   return true;
 }
 
-absl::Status ShmExpertChannel::Await(uint64_t call_id, absl::Time deadline,
-                                     absl::Duration* compute, ShmCallTimes* times) {
+absl::Status ShmExpertChannel::Await(uint64_t call_id, absl::Time deadline, absl::Duration* compute,
+                                     ShmCallTimes* times) {
   auto find = [this, call_id] {
     return std::find_if(calls_.begin(), calls_.end(),
                         [call_id](const Call& c) { return c.id == call_id; });

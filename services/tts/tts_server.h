@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "common/grpc/auth.h"
 #include "common/config/schema.h"
+#include "common/grpc/auth.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
 #include "moe/tts/v1/tts.grpc.pb.h"
@@ -37,7 +37,8 @@ struct TtsOptions {
 };
 
 // Who may call it (common/grpc/auth.h; SECURITY.md): the gateway.
-inline constexpr common::rpc::MethodPolicy kSynthesizePolicy{"Synthesize", {common::rpc::Role::kGateway}};
+inline constexpr common::rpc::MethodPolicy kSynthesizePolicy{"Synthesize",
+                                                             {common::rpc::Role::kGateway}};
 inline constexpr common::rpc::MethodPolicy kTtsServerPolicies[] = {kSynthesizePolicy};
 
 class TtsServer final : public moe::tts::v1::Tts::Service {

@@ -207,8 +207,8 @@ common::rpc::ChannelOptions AdminChannel(const Args& args) {
   o.tls.cert_file = args.GetOr("tls-cert", "");
   o.tls.key_file = args.GetOr("tls-key", "");
   o.tls.server_name_override = args.GetOr("tls-server-name", "");
-  o.tls.enabled = !o.tls.ca_file.empty() || !o.tls.cert_file.empty() ||
-                  !o.tls.server_name_override.empty();
+  o.tls.enabled =
+      !o.tls.ca_file.empty() || !o.tls.cert_file.empty() || !o.tls.server_name_override.empty();
   o.token_file = args.GetOr("token-file", "");
   return o;
 }
@@ -304,7 +304,7 @@ int RunAdmin(const Args& /*parsed*/, const std::vector<std::string>& argv) {
     return Usage("give one action: calibrate-router | stats | coordinate");
   }
   const std::string action = args->positional()[0];
-  std::vector<std::string> known = {"routers",  "window",   "timeout",        "tls-ca",
+  std::vector<std::string> known = {"routers",  "window",  "timeout",         "tls-ca",
                                     "tls-cert", "tls-key", "tls-server-name", "token-file"};
   if (action == "calibrate-router") {
     known.insert(known.end(), {"slots", "dry-run"});

@@ -7,8 +7,8 @@
 // bench/results/<time>/results.json plus plots.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -41,8 +41,9 @@ int RunAll(const Args& args, const bench::SuiteOptions& o,
   ro.quick = o.quick;
   std::string stamp = bench::IsoTimeNow();
   stamp.erase(std::remove(stamp.begin(), stamp.end(), ':'), stamp.end());
-  ro.dir = args.GetOr("results-dir",
-                      (std::filesystem::path(MOE_SOURCE_DIR) / "bench" / "results" / stamp).string());
+  ro.dir =
+      args.GetOr("results-dir",
+                 (std::filesystem::path(MOE_SOURCE_DIR) / "bench" / "results" / stamp).string());
   auto scale = args.GetDouble("budget-scale", 1);
   if (!scale.ok() || !(*scale > 0)) {
     std::fprintf(stderr, "moe bench all: --budget-scale must be a positive number\n");
@@ -72,18 +73,20 @@ int RunAll(const Args& args, const bench::SuiteOptions& o,
 int RunBench(const Args& /*parsed*/, const std::vector<std::string>& argv) {
   auto args = Args::Parse(argv, {"quick"});
   auto& suites = bench::Suites();
-  std::vector<std::string> known_flags = {"preset",    "model", "threads",  "out",      "arch",
-                                          "dtype",     "cache-dir", "quick", "artifacts"};
+  std::vector<std::string> known_flags = {"preset", "model",     "threads", "out",      "arch",
+                                          "dtype",  "cache-dir", "quick",   "artifacts"};
   // A suite's own flags (`moe bench serve --url ...`) are known when that suite is named.
   const bench::Suite* named = nullptr;
   if (args.ok() && args->positional().size() == 1) {
     if (auto it = suites.find(args->positional()[0]); it != suites.end()) named = &it->second;
   }
-  if (named != nullptr) known_flags.insert(known_flags.end(), named->flags.begin(), named->flags.end());
+  if (named != nullptr)
+    known_flags.insert(known_flags.end(), named->flags.begin(), named->flags.end());
   const bool all = args.ok() && args->positional().size() == 1 && args->positional()[0] == "all";
   if (all) {
     known_flags.insert(known_flags.end(), {"results-dir", "budget-scale", "suites"});
-    for (const auto& [name, s] : suites) known_flags.insert(known_flags.end(), s.flags.begin(), s.flags.end());
+    for (const auto& [name, s] : suites)
+      known_flags.insert(known_flags.end(), s.flags.begin(), s.flags.end());
   }
   absl::Status known = args.ok() ? args->CheckKnown(known_flags) : args.status();
   if (!known.ok() || args->positional().size() != 1) {

@@ -171,12 +171,12 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
     if (p.metrics) s["metrics"] = *p.metrics;
     services.push_back(std::move(s));
   }
-  std::printf("%s\n", nlohmann::json{{"event", "ready"},
-                                     {"url", url},
-                                     {"model", model},
-                                     {"services", std::move(services)}}
-                          .dump()
-                          .c_str());
+  std::printf(
+      "%s\n",
+      nlohmann::json{
+          {"event", "ready"}, {"url", url}, {"model", model}, {"services", std::move(services)}}
+          .dump()
+          .c_str());
   std::fflush(stdout);
 
   const Supervisor::Event event = group.WaitForSignalOrExit({SIGINT, SIGTERM});
@@ -193,7 +193,8 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
 }
 
 MOE_REGISTER_COMMAND("up",
-                     "starts the local cluster (kv-store, expert workers, router, asr, tts, gateway) and prints its URL",
+                     "starts the local cluster (kv-store, expert workers, router, asr, tts, "
+                     "gateway) and prints its URL",
                      RunUp);
 
 }  // namespace

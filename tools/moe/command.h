@@ -1,7 +1,8 @@
 // Subcommands of the `moe` CLI. Each cmd_<name>.cc defines one and registers it:
 //
 //   int RunMakeModel(const moe::cli::Args& args);
-//   MOE_REGISTER_COMMAND("make-model", "writes a deterministic random HF checkpoint", RunMakeModel);
+//   MOE_REGISTER_COMMAND("make-model", "writes a deterministic random HF checkpoint",
+//   RunMakeModel);
 //
 // Commands print machine-readable output on stdout and progress/errors on stderr, and return the
 // process exit code (0 ok, 2 usage error, 1 failure).

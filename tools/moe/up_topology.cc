@@ -55,9 +55,8 @@ std::vector<ServiceSpec> MakeTopology() {
             // Every worker holds every expert; routers spread calls over the replicas. Routers
             // on this host reach it over shared memory (NegotiateTransport; shm.* defaults).
             return ServerFlags(
-                c, {"--set", "core.model_dir=" + c.model_dir,
-                    "--set", absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)),
-                    "--set",
+                c, {"--set", "core.model_dir=" + c.model_dir, "--set",
+                    absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)), "--set",
                     absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads)});
           },
       .ready = GrpcServing,
@@ -71,8 +70,8 @@ std::vector<ServiceSpec> MakeTopology() {
           [](const UpContext& c, int i) {
             // L3 survives `moe up` restarts in the data directory; 2 GiB of it by default here.
             return ServerFlags(
-                c, {"--set", absl::StrCat("core.l3_dir=", c.data_dir, "/kv-store-", i),
-                    "--set", "core.l3_bytes=2147483648"});
+                c, {"--set", absl::StrCat("core.l3_dir=", c.data_dir, "/kv-store-", i), "--set",
+                    "core.l3_bytes=2147483648"});
           },
       .ready = GrpcServing,
   });
@@ -114,8 +113,7 @@ std::vector<ServiceSpec> MakeTopology() {
         .name = name,
         .binary = name,
         .options = options,
-        .flags =
-            [](const UpContext& c, int) { return ServerFlags(c); },
+        .flags = [](const UpContext& c, int) { return ServerFlags(c); },
         .ready = GrpcServing,
     });
   }

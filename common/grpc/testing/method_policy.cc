@@ -117,8 +117,8 @@ ServerOptions ClusterPki::Server() const {
 }
 
 ChannelOptions ClusterPki::Client(std::optional<Role> role) const {
-  ChannelOptions o{.tls = {.enabled = true, .ca_file = ca_.cert_file,
-                           .server_name_override = "localhost"}};
+  ChannelOptions o{
+      .tls = {.enabled = true, .ca_file = ca_.cert_file, .server_name_override = "localhost"}};
   if (role.has_value()) {
     o.tls.cert_file = roles_[static_cast<int>(*role)].cert_file;
     o.tls.key_file = roles_[static_cast<int>(*role)].key_file;

@@ -28,8 +28,8 @@ class TestPki {
   // ("DNS:localhost", "URI:spiffe://moe.test/gateway", "IP:127.0.0.1"). Written to
   // <dir>/<file_name>.pem and .key (file_name defaults to name); issuing again with the same
   // file name overwrites (a rotation).
-  CertFiles Issue(const CertFiles& ca, const std::string& name, const std::vector<std::string>& sans,
-                  const std::string& file_name = "");
+  CertFiles Issue(const CertFiles& ca, const std::string& name,
+                  const std::vector<std::string>& sans, const std::string& file_name = "");
 
  private:
   const std::string dir_;

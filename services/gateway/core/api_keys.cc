@@ -32,9 +32,7 @@ absl::Status ParseOption(int line, absl::string_view option, ApiKey& key) {
   }
   const absl::string_view name = option.substr(0, eq);
   const absl::string_view value = option.substr(eq + 1);
-  auto bad = [&] {
-    return LineError(line, absl::StrCat("bad value for ", name));
-  };
+  auto bad = [&] { return LineError(line, absl::StrCat("bad value for ", name)); };
   if (name == "name") {
     if (value.empty()) return bad();
     key.name = std::string(value);
@@ -43,8 +41,7 @@ absl::Status ParseOption(int line, absl::string_view option, ApiKey& key) {
       return bad();
     }
   } else if (name == "burst") {
-    if (!absl::SimpleAtod(value, &key.limits.rate_limit_burst) ||
-        key.limits.rate_limit_burst < 1) {
+    if (!absl::SimpleAtod(value, &key.limits.rate_limit_burst) || key.limits.rate_limit_burst < 1) {
       return bad();
     }
   } else if (name == "concurrency") {
@@ -59,8 +56,9 @@ absl::Status ParseOption(int line, absl::string_view option, ApiKey& key) {
     if (value != "true" && value != "false") return bad();
     key.limits.allow_priority = value == "true";
   } else {
-    return LineError(line, absl::StrCat("unknown option \"", name,
-                                        "\" (name, rps, burst, concurrency, max_tokens, priority)"));
+    return LineError(line,
+                     absl::StrCat("unknown option \"", name,
+                                  "\" (name, rps, burst, concurrency, max_tokens, priority)"));
   }
   return absl::OkStatus();
 }
@@ -70,8 +68,7 @@ absl::Status ParseOption(int line, absl::string_view option, ApiKey& key) {
 absl::StatusOr<std::vector<ApiKey>> ParseApiKeyFile(std::string_view text) {
   std::vector<ApiKey> keys;
   int line_no = 0;
-  for (absl::string_view line :
-       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
@@ -127,8 +124,7 @@ absl::StatusOr<std::unique_ptr<ApiKeyStore>> ApiKeyStore::Open(std::string path,
   return store;
 }
 
-std::unique_ptr<ApiKeyStore> ApiKeyStore::FromKeys(std::vector<ApiKey> keys,
-                                                   common::Clock& clock) {
+std::unique_ptr<ApiKeyStore> ApiKeyStore::FromKeys(std::vector<ApiKey> keys, common::Clock& clock) {
   std::unique_ptr<ApiKeyStore> store(new ApiKeyStore("", absl::InfiniteDuration(), clock));
   absl::MutexLock lock(&store->mu_);
   for (ApiKey& k : keys) {

@@ -4,8 +4,9 @@
 // The key file (auth.api_keys_file; the Helm chart mounts it from a Secret) has one key a line:
 //
 //   # digest (moe hash-key)                                                  options
-//   sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  name=team-a rps=5 burst=10
-//   sha256:60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752  name=ops concurrency=4 priority=true
+//   sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  name=team-a rps=5
+//   burst=10 sha256:60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752  name=ops
+//   concurrency=4 priority=true
 //
 // Options: name (in logs and metrics; default "key<line>"), rps and burst (the key's token
 // bucket; default the gateway's limits.rate_limit_*), concurrency (generations in flight for the

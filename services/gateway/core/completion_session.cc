@@ -218,9 +218,8 @@ void CompletionSession::FinishToolsLocked(FinishReason reason, const Usage& usag
           SseEvent(RenderToolCallChunk(params_.meta, tail.deltas, params_.include_usage)));
     }
     std::vector<RenderedLogprob> none;
-    writer_->Write(SseEvent(RenderFinishChunk(params_.meta, finish,
-                                              params_.logprobs ? &none : nullptr,
-                                              params_.include_usage)));
+    writer_->Write(SseEvent(RenderFinishChunk(
+        params_.meta, finish, params_.logprobs ? &none : nullptr, params_.include_usage)));
     if (params_.include_usage) writer_->Write(SseEvent(RenderUsageChunk(params_.meta, usage)));
     writer_->Write(std::string(kSseDone));
     writer_->End();

@@ -1,8 +1,8 @@
 // One completion request in flight: receives the backend's token stream, detokenizes it
 // incrementally, matches stop strings (holding back possible prefixes), turns tool-call output
 // into message.tool_calls / delta.tool_calls when the request has tools (core/tool_calls.h), and
-// writes either one response or an SSE stream in OpenAI's shapes. A stop string ends the generation at once
-// (the backend call is cancelled); so does the client going away (Cancel()).
+// writes either one response or an SSE stream in OpenAI's shapes. A stop string ends the generation
+// at once (the backend call is cancelled); so does the client going away (Cancel()).
 //
 // HTTP status of failures: an error before anything was written gets a proper HTTP error
 // (headers of a stream are sent only with its first token); after the stream started it is an

@@ -95,9 +95,10 @@ absl::StatusOr<std::unique_ptr<ApiKeyStore>> LoadApiKeys(const AuthOptions& opti
   for (size_t i = 0; i < options.api_keys.size(); ++i) {
     absl::StatusOr<common::SecretDigest> digest = common::ParseDigest(options.api_keys[i]);
     if (!digest.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "auth.api_keys[", i, "]: not a sha256:<64 hex> digest (keys are stored hashed: "
-          "`moe hash-key`)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("auth.api_keys[", i,
+                       "]: not a sha256:<64 hex> digest (keys are stored hashed: "
+                       "`moe hash-key`)"));
     }
     keys.push_back(ApiKey{.name = absl::StrCat("key", i + 1), .digest = *digest});
   }
@@ -127,13 +128,11 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& o
   // ids do not matter here.
   ASSIGN_OR_RETURN(std::shared_ptr<const grammar::TokenVocabulary> vocabulary,
                    grammar::TokenVocabulary::FromTokenizer(
-                       deps.tokenizer, deps.tokenizer.vocab_size(),
-                       deps.tokenizer.eos_ids()));
+                       deps.tokenizer, deps.tokenizer.vocab_size(), deps.tokenizer.eos_ids()));
   auto grammar = std::make_unique<grammar::GrammarCache>(options.grammar, std::move(vocabulary),
                                                          deps.registry, deps.clock);
   return std::unique_ptr<Gateway>(new Gateway(options, model, deps, voice, std::move(keys),
-                                              std::move(prompts), std::move(grammar),
-                                              tool_format));
+                                              std::move(prompts), std::move(grammar), tool_format));
 }
 
 Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
@@ -392,9 +391,9 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
         grammar_->Get(constraint);
     if (!compiled.ok()) {
       Reject(*writer,
-             ApiError::InvalidParam(constraint_param,
-                                    absl::StrCat("'", constraint_param, "' cannot be used: ",
-                                                 compiled.status().message())),
+             ApiError::InvalidParam(
+                 constraint_param, absl::StrCat("'", constraint_param,
+                                                "' cannot be used: ", compiled.status().message())),
              "invalid");
       return nullptr;
     }
@@ -425,10 +424,11 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   if (key != nullptr && key->limits.max_tokens > 0 && max_tokens > key->limits.max_tokens) {
     if (request.max_tokens) {
       Reject(*writer,
-             ApiError::InvalidParam(
-                 max_tokens_param,
-                 absl::StrCat("'", max_tokens_param, "' is ", max_tokens, ", above this API key's "
-                              "limit of ", key->limits.max_tokens, " tokens.")),
+             ApiError::InvalidParam(max_tokens_param,
+                                    absl::StrCat("'", max_tokens_param, "' is ", max_tokens,
+                                                 ", above this API key's "
+                                                 "limit of ",
+                                                 key->limits.max_tokens, " tokens.")),
              "invalid");
       return nullptr;
     }
@@ -438,8 +438,9 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
       !(key != nullptr ? key->limits.allow_priority
                        : api_keys_ == nullptr && options_.auth.priority_without_key)) {
     Reject(*writer,
-           ApiError::Forbidden("priority", "This API key may not set 'priority' (the request's "
-                                           "place in the queue)."),
+           ApiError::Forbidden("priority",
+                               "This API key may not set 'priority' (the request's "
+                               "place in the queue)."),
            "forbidden");
     return nullptr;
   }
@@ -514,15 +515,13 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   generate.priority = request.priority;
   generate.constraint = std::move(constraint);
 
-  auto session = std::make_shared<CompletionSession>(std::move(params), deps_.tokenizer, writer,
-                                                     deps_.clock, metrics_,
-                                                     [this, key_in_flight = key != nullptr
-                                                                                ? key->in_flight
-                                                                                : nullptr] {
-                                                       in_flight_.Release();
-                                                       if (key_in_flight) key_in_flight->fetch_sub(1);
-                                                       metrics_.requests_running.Decrement();
-                                                     });
+  auto session = std::make_shared<CompletionSession>(
+      std::move(params), deps_.tokenizer, writer, deps_.clock, metrics_,
+      [this, key_in_flight = key != nullptr ? key->in_flight : nullptr] {
+        in_flight_.Release();
+        if (key_in_flight) key_in_flight->fetch_sub(1);
+        metrics_.requests_running.Decrement();
+      });
   session->Start(deps_.backend, std::move(generate));
   return [weak = std::weak_ptr<CompletionSession>(session)] {
     if (std::shared_ptr<CompletionSession> s = weak.lock()) s->Cancel();
@@ -622,17 +621,16 @@ UpgradeResult Gateway::Upgrade(HttpRequest request, std::shared_ptr<WebSocketWri
   params.http_request_id = request.request_id;
   MOE_LOG_INFO("gateway: {} realtime session {} ({})", request.request_id, params.session_id,
                params.flavor == RealtimeFlavor::kBeta ? "beta" : "GA");
-  auto session = std::make_shared<RealtimeSession>(
-      options_.voice.realtime, std::move(params),
-      RealtimeDeps{.backend = deps_.backend,
-                   .asr = voice_->asr,
-                   .tts = voice_->tts,
-                   .tokenizer = deps_.tokenizer,
-                   .prompts = *prompts_,
-                   .clock = deps_.clock,
-                   .timers = voice_->timers,
-                   .metrics = voice_metrics_},
-      std::move(writer));
+  auto session = std::make_shared<RealtimeSession>(options_.voice.realtime, std::move(params),
+                                                   RealtimeDeps{.backend = deps_.backend,
+                                                                .asr = voice_->asr,
+                                                                .tts = voice_->tts,
+                                                                .tokenizer = deps_.tokenizer,
+                                                                .prompts = *prompts_,
+                                                                .clock = deps_.clock,
+                                                                .timers = voice_->timers,
+                                                                .metrics = voice_metrics_},
+                                                   std::move(writer));
   session->Start();
   result.handler = std::move(session);
   return result;

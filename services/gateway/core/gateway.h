@@ -29,8 +29,8 @@
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/api_error.h"
-#include "services/gateway/core/audio_endpoints.h"
 #include "services/gateway/core/api_keys.h"
+#include "services/gateway/core/audio_endpoints.h"
 #include "services/gateway/core/gateway_metrics.h"
 #include "services/gateway/core/gateway_options.h"
 #include "services/gateway/core/generate_backend.h"
@@ -39,9 +39,9 @@
 #include "services/gateway/core/prompt_builder.h"
 #include "services/gateway/core/rate_limiter.h"
 #include "services/gateway/core/timer_queue.h"
+#include "services/gateway/core/tool_calls.h"
 #include "services/gateway/core/voice_backend.h"
 #include "services/gateway/core/voice_metrics.h"
-#include "services/gateway/core/tool_calls.h"
 
 namespace moe::gateway {
 

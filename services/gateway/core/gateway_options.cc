@@ -111,14 +111,12 @@ void VoiceOptions::Describe(config::Schema<VoiceOptions>& s) {
         "model names accepted by /v1/audio/speech besides espeak-ng");
   s.Add("realtime_models", &VoiceOptions::realtime_models,
         "model names accepted by /v1/realtime besides the served model");
-  s.Add("max_transcription_audio", &VoiceOptions::max_transcription_audio,
-        "longest audio upload")
+  s.Add("max_transcription_audio", &VoiceOptions::max_transcription_audio, "longest audio upload")
       .Range(absl::Seconds(1), absl::Hours(10));
   s.Add("max_speech_input_chars", &VoiceOptions::max_speech_input_chars,
         "longest /v1/audio/speech input")
       .Range(1, 1 << 24);
-  s.Add("max_queued_bytes", &VoiceOptions::max_queued_bytes,
-        "queued bytes per asr/tts stream")
+  s.Add("max_queued_bytes", &VoiceOptions::max_queued_bytes, "queued bytes per asr/tts stream")
       .Range(1 << 16, int64_t{1} << 32);
   s.Section("realtime", &VoiceOptions::realtime);
 }

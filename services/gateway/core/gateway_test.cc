@@ -10,8 +10,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/secret.h"
 #include "common/metrics/registry.h"
-#include "common/testing/free_port.h"
 #include "common/testing/fake_clock.h"
+#include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -27,8 +27,8 @@ namespace {
 using Json = nlohmann::json;
 using testing::FakeBackend;
 using testing::FakeBackendOptions;
-using testing::RecordingWriter;
 using ::testing::HasSubstr;
+using testing::RecordingWriter;
 
 // The data lines of an SSE body.
 std::vector<std::string> Events(const std::string& body) {
@@ -318,7 +318,8 @@ TEST(ApiKeyFileTest, BadLinesNameTheLineAndNeverEchoIt) {
   EXPECT_THAT(keys.status().message(), HasSubstr("line 2"));
   EXPECT_THAT(std::string(keys.status().message()), ::testing::Not(HasSubstr("sk-live")));
   const std::string d = common::FormatDigest(common::DigestOf("k"));
-  EXPECT_THAT(ParseApiKeyFile(d + " rps=fast\n").status().message(), HasSubstr("bad value for rps"));
+  EXPECT_THAT(ParseApiKeyFile(d + " rps=fast\n").status().message(),
+              HasSubstr("bad value for rps"));
   EXPECT_THAT(ParseApiKeyFile(d + " colour=red\n").status().message(), HasSubstr("unknown option"));
   EXPECT_THAT(ParseApiKeyFile(d + "\n" + d + "\n").status().message(), HasSubstr("same key"));
   EXPECT_THAT(ParseApiKeyFile("# only comments\n").status().message(), HasSubstr("no key"));
@@ -326,7 +327,8 @@ TEST(ApiKeyFileTest, BadLinesNameTheLineAndNeverEchoIt) {
 
 TEST_F(GatewayTest, PriorityIsRefusedWithoutAKeyThatAllowsIt) {
   Init();
-  Answer jump = Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1,"priority":3})");
+  Answer jump =
+      Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1,"priority":3})");
   EXPECT_EQ(jump.status, 403);
   GatewayOptions trusted;
   trusted.auth.priority_without_key = true;
@@ -539,7 +541,6 @@ TEST_F(GatewayTest, SamplingParametersReachTheBackend) {
   EXPECT_THAT(r.request_id, ::testing::StartsWith("chatcmpl-"));
 }
 
-
 // A backend that "generates" `text` (then EOS) whatever the prompt.
 FakeBackendOptions Scripted(const tokenizer::Tokenizer& tok, const std::string& text) {
   FakeBackendOptions fb;
@@ -577,9 +578,8 @@ Json StreamedToolCalls(const std::string& body, std::string* finish) {
                            {"type", d["type"]},
                            {"function", {{"name", d["function"]["name"]}, {"arguments", ""}}}});
         }
-        calls[i]["function"]["arguments"] =
-            calls[i]["function"]["arguments"].get<std::string>() +
-            d["function"]["arguments"].get<std::string>();
+        calls[i]["function"]["arguments"] = calls[i]["function"]["arguments"].get<std::string>() +
+                                            d["function"]["arguments"].get<std::string>();
       }
     }
   }
@@ -644,8 +644,7 @@ TEST_F(GatewayTest, RequiredToolChoiceAnswersWithToolCalls) {
   EXPECT_EQ(r.constraint.kind, generation::ConstraintKind::kJsonSchema);
   EXPECT_THAT(r.constraint.spec, HasSubstr("\"minItems\":1"));
 
-  Answer s = Post("/v1/chat/completions",
-                  ToolChat(R"(,"tool_choice":"required","stream":true)"));
+  Answer s = Post("/v1/chat/completions", ToolChat(R"(,"tool_choice":"required","stream":true)"));
   ASSERT_EQ(s.status, 200) << s.body;
   std::string finish;
   Json calls = StreamedToolCalls(s.body, &finish);
@@ -659,8 +658,9 @@ TEST_F(GatewayTest, RequiredToolChoiceAnswersWithToolCalls) {
 
 TEST_F(GatewayTest, NamedToolChoiceConstrainsToTheParameters) {
   Init(Scripted(*tokenizer_, R"({"city":"Rome"})"));
-  Answer a = Post("/v1/chat/completions",
-                  ToolChat(R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"));
+  Answer a =
+      Post("/v1/chat/completions",
+           ToolChat(R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"));
   ASSERT_EQ(a.status, 200) << a.body;
   Json choice = Json::parse(a.body)["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "stop");
@@ -673,8 +673,9 @@ TEST_F(GatewayTest, NamedToolChoiceConstrainsToTheParameters) {
 TEST_F(GatewayTest, AutoToolChoiceParsesTheModelsOwnFormat) {
   GatewayOptions options;
   options.tool_call_format = "mistral";
-  Init(Scripted(*tokenizer_,
-                R"(Checking. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}}])"),
+  Init(Scripted(
+           *tokenizer_,
+           R"(Checking. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}}])"),
        options);
   EXPECT_EQ(gateway_->tool_call_format(), ToolCallFormat::kMistral);
   Answer a = Post("/v1/chat/completions", ToolChat(""));

@@ -2,9 +2,9 @@
 // The server (http_server.h) parses the wire; the core (gateway.h) never sees a socket.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
-#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>

@@ -380,8 +380,8 @@ bool ParseStructuredOutputs(Fields& f, std::string_view body, std::optional<Orde
                       "'response_format.json_schema.name' must be 1-64 characters of a-z, A-Z, "
                       "0-9, _ and -");
       }
-      if (auto strict = js->find("strict"); strict != js->end() && !strict->is_boolean() &&
-                                            !strict->is_null()) {
+      if (auto strict = js->find("strict");
+          strict != js->end() && !strict->is_boolean() && !strict->is_null()) {
         return f.Fail("response_format.json_schema.strict", "'strict' must be a boolean");
       }
       std::string schema = "{}";
@@ -463,8 +463,8 @@ bool ParseStructuredOutputs(Fields& f, std::string_view body, std::optional<Orde
       return false;
     }
     if (auto jo = so->find("json_object"); jo != so->end() && jo->is_boolean() && jo->get<bool>()) {
-      if (!SetConstraint(f, "structured_outputs.json_object",
-                         {.kind = ConstraintKind::kJsonObject}, out)) {
+      if (!SetConstraint(f, "structured_outputs.json_object", {.kind = ConstraintKind::kJsonObject},
+                         out)) {
         return false;
       }
     }
@@ -503,8 +503,7 @@ bool ParseTools(Fields& f, std::string_view body, std::optional<OrderedJson>* or
       ToolFunction tf{.name = name};
       if (fn.contains("parameters") && !fn["parameters"].is_null()) {
         if (!fn["parameters"].is_object()) {
-          return f.Fail(w + ".function.parameters",
-                        "'parameters' must be a JSON Schema object");
+          return f.Fail(w + ".function.parameters", "'parameters' must be a JSON Schema object");
         }
         tf.parameters_json = Ordered(body, ordered)["tools"][i]["function"]["parameters"].dump();
       }
@@ -533,9 +532,8 @@ bool ParseTools(Fields& f, std::string_view body, std::optional<OrderedJson>* or
                (*choice)["function"]["name"].is_string()) {
       const std::string name = (*choice)["function"]["name"].get<std::string>();
       if (!names.contains(name)) {
-        return f.Fail("tool_choice",
-                      absl::StrCat("'tool_choice' names the function '", name,
-                                   "', which is not in 'tools'"));
+        return f.Fail("tool_choice", absl::StrCat("'tool_choice' names the function '", name,
+                                                  "', which is not in 'tools'"));
       }
       out->tool_choice = {.mode = ToolChoiceMode::kNamed, .name = name};
     } else {

@@ -192,14 +192,16 @@ TEST(OpenAiRequestTest, ParsesToolsToolChoiceAndToolMessages) {
   EXPECT_EQ(none.request.tool_choice.mode, ToolChoiceMode::kNone);
 
   EXPECT_EQ(Rejection(Chat(R"(,"tool_choice":"required")")), "tool_choice: 400");
-  EXPECT_EQ(Rejection(Chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"x"}})")),
-            "tool_choice: 400");
+  EXPECT_EQ(
+      Rejection(Chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"x"}})")),
+      "tool_choice: 400");
   EXPECT_EQ(Rejection(Chat(R"(,"tools":[{"type":"function","function":{"name":"a b"}}])")),
             "tools[0].function.name: 400");
   EXPECT_EQ(Rejection(Chat(R"(,"tools":[{"type":"function","function":{"name":"f"}},
       {"type":"function","function":{"name":"f"}}])")),
             "tools[1].function.name: 400");
-  EXPECT_EQ(Rejection(Chat(tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})")),
+  EXPECT_EQ(Rejection(Chat(
+                tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})")),
             "tool_choice: 400");
   EXPECT_EQ(Rejection(Parse(Endpoint::kCompletions, R"({"model":"m","prompt":"x","tools":[{}]})")),
             "tools: 400");
@@ -209,7 +211,8 @@ TEST(OpenAiRequestTest, ParsesToolsToolChoiceAndToolMessages) {
       {"role":"user","content":"Weather?"},
       {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
         "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
-      {"role":"tool","tool_call_id":"call_1","content":"sunny"}])" + tools + "}");
+      {"role":"tool","tool_call_id":"call_1","content":"sunny"}])" +
+                                                       tools + "}");
   ASSERT_TRUE(turn.ok) << turn.error.ToJson();
   EXPECT_EQ(turn.request.messages[1]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
   EXPECT_EQ(turn.request.messages[2]["tool_call_id"], "call_1");

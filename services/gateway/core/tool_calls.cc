@@ -107,12 +107,13 @@ ToolCallFormat DetectToolCallFormat(std::string_view chat_template) {
 absl::StatusOr<ToolCallFormat> ResolveToolCallFormat(std::string_view name,
                                                      std::string_view chat_template) {
   if (name == "auto") return DetectToolCallFormat(chat_template);
-  for (ToolCallFormat f : {ToolCallFormat::kNone, ToolCallFormat::kMistral,
-                           ToolCallFormat::kHermes, ToolCallFormat::kLlama3}) {
+  for (ToolCallFormat f : {ToolCallFormat::kNone, ToolCallFormat::kMistral, ToolCallFormat::kHermes,
+                           ToolCallFormat::kLlama3}) {
     if (name == ToolCallFormatName(f)) return f;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tool_call_format: '", std::string(name), "' is not one of auto, none, mistral, hermes, llama3"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("tool_call_format: '", std::string(name),
+                   "' is not one of auto, none, mistral, hermes, llama3"));
 }
 
 std::optional<generation::Constraint> ToolChoiceConstraint(const CompletionRequest& request) {

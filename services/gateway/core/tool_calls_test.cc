@@ -141,8 +141,9 @@ CompletionRequest WithTools(ToolChoice choice, bool parallel = true) {
   CompletionRequest r;
   r.tool_functions = {
       {.name = "get_weather",
-       .parameters_json = R"({"type":"object","properties":{"loc":{"$ref":"#/$defs/Loc"}},)"
-                          R"("required":["loc"],"$defs":{"Loc":{"type":"string","enum":["Oslo","Rome"]}}})"},
+       .parameters_json =
+           R"({"type":"object","properties":{"loc":{"$ref":"#/$defs/Loc"}},)"
+           R"("required":["loc"],"$defs":{"Loc":{"type":"string","enum":["Oslo","Rome"]}}})"},
       {.name = "now"}};
   r.tool_choice = std::move(choice);
   r.parallel_tool_calls = parallel;
@@ -168,8 +169,7 @@ TEST(ToolChoiceConstraintTest, RequiredAcceptsCallsOfDeclaredToolsOnly) {
       ToolChoiceConstraint(WithTools({.mode = ToolChoiceMode::kRequired}, /*parallel=*/false));
   auto g1 = grammar::testing::CompileForTest(*one, vocab, registry);
   ASSERT_TRUE(g1.ok()) << g1.status();
-  EXPECT_FALSE((*g1)->Matches(
-      R"([{"name":"now","arguments":{}},{"name":"now","arguments":{}}])"));
+  EXPECT_FALSE((*g1)->Matches(R"([{"name":"now","arguments":{}},{"name":"now","arguments":{}}])"));
 }
 
 TEST(ToolChoiceConstraintTest, NamedIsTheFunctionsParametersAndNoneOrAutoHaveNone) {

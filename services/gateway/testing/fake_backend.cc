@@ -110,9 +110,7 @@ bool FakeBackend::WaitForCancelled(int n, absl::Duration timeout) const {
 
 bool FakeBackend::WaitForIdle(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return streams_.empty() && !delivering_;
-  };
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty() && !delivering_; };
   return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
 }
 

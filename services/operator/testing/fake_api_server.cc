@@ -745,8 +745,8 @@ absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(FakeApiServe
   Impl* p = impl.get();
   s.set_pre_routing_handler([p](const httplib::Request& req, httplib::Response& res) {
     const std::string auth = req.get_header_value("Authorization");
-    const bool restricted = !p->options.restricted_token.empty() &&
-                            auth == "Bearer " + p->options.restricted_token;
+    const bool restricted =
+        !p->options.restricted_token.empty() && auth == "Bearer " + p->options.restricted_token;
     if (!p->options.token.empty() && auth != "Bearer " + p->options.token && !restricted) {
       p->Fail(res, 401, "Unauthorized", "Unauthorized");
       return httplib::Server::HandlerResponse::Handled;
@@ -820,7 +820,8 @@ std::string FakeApiServer::Kubeconfig(const std::string& ns, const std::string& 
       "clusters:\n- name: fake\n  cluster:\n    server: ",
       scheme, "://127.0.0.1:", port_, "\n",
       impl_->options.tls ? "    certificate-authority-data: " + ca + "\n" : "",
-      "users:\n- name: operator\n  user:\n    token: ", token.empty() ? impl_->options.token : token,
+      "users:\n- name: operator\n  user:\n    token: ",
+      token.empty() ? impl_->options.token : token,
       "\ncontexts:\n- name: test\n  context:\n    cluster: fake\n    user: operator\n"
       "    namespace: ",
       ns, "\n");

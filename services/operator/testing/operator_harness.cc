@@ -37,8 +37,8 @@ absl::StatusOr<std::unique_ptr<OperatorHarness>> OperatorHarness::Create(const s
   nlohmann::json rules = nlohmann::json::array();
   if (auto helm = HelmBinary(); helm.has_value()) {
     auto r = common::process::RunToExit(
-        {.argv = {*helm, "template", "moe", SourceDir() + "/deploy/k8s", "--namespace", ns,
-                  "--set", "operator.enabled=true"},
+        {.argv = {*helm, "template", "moe", SourceDir() + "/deploy/k8s", "--namespace", ns, "--set",
+                  "operator.enabled=true"},
          .env = std::vector<std::string>{"HOME=" + h->dir_, "HELM_CACHE_HOME=" + h->dir_ + "/helm",
                                          "HELM_CONFIG_HOME=" + h->dir_ + "/helm",
                                          "HELM_DATA_HOME=" + h->dir_ + "/helm"}},
@@ -51,8 +51,8 @@ absl::StatusOr<std::unique_ptr<OperatorHarness>> OperatorHarness::Create(const s
     }
     if (rules.empty()) return absl::InternalError("the chart rendered no operator Role");
   }
-  auto server = FakeApiServer::Start(
-      {.restricted_token = "operator-token", .restricted_rules = rules});
+  auto server =
+      FakeApiServer::Start({.restricted_token = "operator-token", .restricted_rules = rules});
   if (!server.ok()) return server.status();
   h->server_ = *std::move(server);
   std::ofstream(h->dir_ + "/kubeconfig") << h->server_->Kubeconfig(ns);

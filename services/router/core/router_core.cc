@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
-#include "common/tokenizer/tokenizer.h"
 #include "common/kv/block_manager.h"
 #include "common/model/checkpoint_fingerprint.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace moe::router {
 
@@ -90,8 +90,8 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
     core->grammar_cache_ = std::make_unique<grammar::GrammarCache>(
         options.grammar, std::move(vocabulary), registry, clock);
   } else {
-    MOE_LOG_WARN("router: no tokenizer in {} ({}): constrained decoding is off",
-                 options.model_dir, tok.status().ToString());
+    MOE_LOG_WARN("router: no tokenizer in {} ({}): constrained decoding is off", options.model_dir,
+                 tok.status().ToString());
   }
   core->metrics_ =
       std::make_unique<RouterMetrics>(registry, core->model_name_, options.vllm_metric_aliases);

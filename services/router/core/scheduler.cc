@@ -261,9 +261,9 @@ absl::Status Scheduler::Impl::ValidateRequest(const GenerateRequest& request) co
   }
   RETURN_IF_ERROR(request.sampling.Validate(vocab_size_));
   if (request.grammar != nullptr && request.grammar->vocabulary().size() != vocab_size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the constraint was compiled for a vocabulary of ", request.grammar->vocabulary().size(),
-        " tokens; the model has ", vocab_size_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the constraint was compiled for a vocabulary of ",
+                     request.grammar->vocabulary().size(), " tokens; the model has ", vocab_size_));
   }
   const int64_t min_len =
       static_cast<int64_t>(prompt.size()) + (request.sampling.max_tokens > 0 ? 1 : 0);
