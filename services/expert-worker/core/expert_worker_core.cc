@@ -441,9 +441,6 @@ absl::Status ExpertWorkerCore::Impl::RunOnSlot(Slot* slot, const engine::ExpertC
         auto handle = slot->executor->Submit(call);
         status = handle.ok() ? slot->executor->Await(*handle) : handle.status();
         took = clock_.Now() - start;
-        // The next call of this slot comes after the router's dense part at the earliest: its
-        // pool sleeps now rather than spin on the cores the router needs.
-        if (slot->pool != nullptr) slot->pool->Park();
       }
     }
   }
