@@ -566,6 +566,9 @@ absl::Status Engine::Impl::SubmitExperts(MicroBatch& mb, int64_t layer_idx, Step
     std::memcpy(packed_in + slot * hidden, h + (i / k) * hidden,
                 static_cast<size_t>(hidden) * sizeof(float));
   }
+  // The experts run elsewhere: the pool's workers would spin on the cores the expert workers
+  // are about to need (the router's pool finished its last kernel, the gate, just above).
+  if (experts_->RunsConcurrently()) pool_->Park();
   ASSIGN_OR_RETURN(mb.handle, experts_->Submit(mb.call));
   mb.pending = true;
 
@@ -585,6 +588,8 @@ absl::Status Engine::Impl::CombineExperts(MicroBatch& mb, int64_t layer_idx) {
   const int64_t t = mb.t;
   mb.pending = false;
   unavailable_.clear();
+  // Whatever ran on the pool since Submit (the shared expert), its workers sleep while we wait.
+  if (experts_->RunsConcurrently()) pool_->Park();
   RETURN_IF_ERROR(experts_->AwaitPartial(mb.handle, &unavailable_));
   const int32_t* topk_ids = topk_ids_.data() + mb.row0 * k;
   const float* topk_weights = topk_weights_.data() + mb.row0 * k;

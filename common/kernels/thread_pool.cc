@@ -21,11 +21,6 @@
 namespace moe::kernels {
 namespace {
 
-// Spin this many pause iterations (~30-50 us) before sleeping on a futex: decode calls ParallelFor
-// back to back, so a worker usually finds the next job while still spinning; an idle or
-// oversubscribed machine gets its cores back soon.
-constexpr int kSpinIterations = 2000;
-
 void FutexWait(std::atomic<uint32_t>* addr, uint32_t expected) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected, nullptr,
           nullptr, 0);
@@ -46,13 +41,17 @@ void FutexWakeAll(std::atomic<uint32_t>* addr) {
 // claimed nothing. A worker holding a claim keeps the job alive (the caller waits for its chunk),
 // so the job's fields are stable while it runs one; a late worker finds the ticket exhausted, or
 // claims a chunk of whatever job is current. Sleepers are woken only when some thread announced
-// it sleeps (seq_cst flags on both sides, Dekker style).
+// it sleeps (seq_cst flags on both sides, Dekker style). Park stores the current generation in
+// `parked`: a worker that has seen that generation stops spinning and sleeps (a hint only: the
+// next Publish moves generation past it, so the spin is back for the job after).
 struct ThreadPool::Impl {
   int num_threads = 1;
+  int spin_iterations = kDefaultSpinIterations;
   std::vector<std::thread> workers;
 
   alignas(64) std::atomic<uint32_t> generation{0};  // (count << 1) | dynamic
   std::atomic<uint32_t> sleeping_workers{0};
+  std::atomic<uint32_t> parked{~0u};  // a generation whose idle workers sleep at once
   alignas(64) std::atomic<uint32_t> pending{0};
   std::atomic<uint32_t> caller_sleeping{0};
   alignas(64) std::atomic<uint64_t> ticket{0};
@@ -102,7 +101,8 @@ struct ThreadPool::Impl {
     uint32_t seen = 0;
     while (true) {
       uint32_t g = generation.load(std::memory_order_acquire);
-      for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
+      for (int spin = 0; g == seen && spin < spin_iterations; ++spin) {
+        if (parked.load(std::memory_order_relaxed) == seen) break;
         MOE_CPU_RELAX();
         g = generation.load(std::memory_order_acquire);
       }
@@ -136,7 +136,7 @@ struct ThreadPool::Impl {
   // Waits until *counter == target (spin, then futex; the last finisher wakes us).
   void WaitFor(std::atomic<uint32_t>* counter, uint32_t target) {
     uint32_t p = counter->load(std::memory_order_acquire);
-    for (int spin = 0; p != target && spin < kSpinIterations; ++spin) {
+    for (int spin = 0; p != target && spin < spin_iterations; ++spin) {
       MOE_CPU_RELAX();
       p = counter->load(std::memory_order_acquire);
     }
@@ -148,9 +148,11 @@ struct ThreadPool::Impl {
   }
 };
 
-ThreadPool::ThreadPool(int num_threads) : impl_(new Impl) {
+ThreadPool::ThreadPool(int num_threads, int spin_iterations) : impl_(new Impl) {
   MOE_CHECK(num_threads >= 1);
+  MOE_CHECK(spin_iterations >= 0);
   impl_->num_threads = num_threads;
+  impl_->spin_iterations = spin_iterations;
   impl_->workers.reserve(num_threads - 1);
   for (int i = 1; i < num_threads; ++i) {
     impl_->workers.emplace_back([this, i] { impl_->WorkerLoop(i); });
@@ -167,6 +169,14 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::num_threads() const { return impl_->num_threads; }
+
+void ThreadPool::Park() {
+  impl_->parked.store(impl_->generation.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+int ThreadPool::sleeping_workers() const {
+  return static_cast<int>(impl_->sleeping_workers.load(std::memory_order_relaxed));
+}
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {

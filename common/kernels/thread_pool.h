@@ -10,8 +10,14 @@ namespace moe::kernels {
 // (each engine owns its pool). Destruction joins the workers.
 class ThreadPool {
  public:
+  // How many pause iterations (~30-50 us) a worker spins for the next job before it sleeps on a
+  // futex: decode calls ParallelFor back to back, so a worker usually finds the next job while
+  // still spinning.
+  static constexpr int kDefaultSpinIterations = 2000;
+
   // num_threads >= 1 counts the caller: ThreadPool(2) starts one worker thread.
-  explicit ThreadPool(int num_threads);
+  // spin_iterations >= 0: kDefaultSpinIterations unless a test needs another bound.
+  explicit ThreadPool(int num_threads, int spin_iterations = kDefaultSpinIterations);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -29,6 +35,16 @@ class ThreadPool {
   // soon as the threads that do run get through it. Which thread runs a chunk is unspecified.
   void ParallelForDynamic(int64_t n, int64_t grain,
                           const std::function<void(int64_t, int64_t)>& fn);
+
+  // Sends the workers that spin for the next job to sleep now (futex) instead of at the end of
+  // their spin; the next ParallelFor wakes them as usual, and they spin again after it. For a
+  // caller that is about to block on something other than this pool (the engine before it waits
+  // for remote experts): where every core is taken, a spinning worker holds the core that the
+  // awaited peer needs. One atomic store, no system call; same caller rule as ParallelFor.
+  void Park();
+
+  // Workers asleep on the futex right now (a snapshot, for tests).
+  int sleeping_workers() const;
 
  private:
   struct Impl;

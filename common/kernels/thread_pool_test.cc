@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -135,6 +136,65 @@ TEST(ThreadPoolTest, DynamicWakesSleepingWorkers) {
     });
     EXPECT_FALSE(timed_out) << "round " << round;
     EXPECT_EQ(ids.size(), 2u) << "round " << round;
+  }
+}
+
+// Polls `done` every millisecond for at most 30 s (a liveness bound, not a speed one).
+template <typename F>
+bool Eventually(F done) {
+  for (int i = 0; i < 30000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+
+TEST(ThreadPoolTest, ParkSendsSpinningWorkersToSleepUntilTheNextJob) {
+  // A spin of INT_MAX pauses lasts seconds to minutes: without Park the workers would still be
+  // spinning when Eventually gives up, so the first expectation fails if Park does nothing.
+  ThreadPool pool(3, /*spin_iterations=*/INT_MAX);
+  std::vector<int64_t> data(300, 0);
+  auto add = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) data[i] += 1;
+  };
+  for (int round = 0; round < 3; ++round) {
+    if (round % 2 == 0) {
+      pool.ParallelFor(300, 8, add);
+    } else {
+      pool.ParallelForDynamic(300, 8, add);
+    }
+    pool.Park();
+    EXPECT_TRUE(Eventually([&] { return pool.sleeping_workers() == 2; })) << "round " << round;
+  }
+  // The next job wakes them, and after it they spin again (the park was for one idle period):
+  // a static job returns only once every worker ran its range, i.e. was awake.
+  pool.ParallelFor(300, 8, add);
+  EXPECT_EQ(pool.sleeping_workers(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(pool.sleeping_workers(), 0) << "still spinning: the park was not sticky";
+  for (int64_t v : data) ASSERT_EQ(v, 4);
+}
+
+TEST(ThreadPoolTest, ParkIsHarmlessAnywhere) {
+  // Before any job, twice in a row, on a pool without workers, between back-to-back jobs of
+  // both kinds: every job still covers its range exactly once.
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    pool.Park();
+    pool.Park();
+    std::vector<int64_t> data(100, 0);
+    for (int iter = 0; iter < 500; ++iter) {
+      auto add = [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) data[i] += 1;
+      };
+      if (iter % 2 == 0) {
+        pool.ParallelFor(100, 4, add);
+      } else {
+        pool.ParallelForDynamic(100, 1 + iter % 7, add);
+      }
+      if (iter % 3 != 0) pool.Park();
+    }
+    for (int64_t v : data) ASSERT_EQ(v, 500) << threads;
   }
 }
 
