@@ -3,9 +3,11 @@
 // with its documented error (status, OpenAI error code, `param`, the option named in the
 // message), and the server goes on serving the next request. Also: /metrics on its own port or
 // behind a bearer token, and client strings that must never reach a path or a URL.
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
