@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics/metrics_auth.h"
 #include "httplib.h"
 
 namespace moe::common::metrics {
@@ -13,6 +14,8 @@ namespace moe::common::metrics {
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const MetricsServerOptions& options, const Registry& registry, HealthCheck healthy) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
+  absl::StatusOr<MetricsAuth> auth = MetricsAuth::FromFile(options.bearer_token_file);
+  if (!auth.ok()) return auth.status();
   auto server = std::make_unique<httplib::Server>();
   // One request per connection: an idle keep-alive connection would hold Stop() for the
   // keep-alive timeout. Scrapes are seconds apart, so the extra handshake costs nothing.
@@ -26,7 +29,14 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
 
-  server->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
+  server->Get("/metrics", [&registry, auth = *std::move(auth)](const httplib::Request& req,
+                                                               httplib::Response& res) {
+    if (!auth.Allows(req.get_header_value("Authorization"))) {
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_content("a bearer token is required (metrics.bearer_token_file)\n", "text/plain");
+      return;
+    }
     res.set_content(registry.TextExposition(), "text/plain; version=0.0.4; charset=utf-8");
   });
   server->Get("/healthz",

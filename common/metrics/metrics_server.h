@@ -1,5 +1,7 @@
 // A small HTTP server on its own port: GET /metrics (Prometheus text format 0.0.4 of a Registry)
-// and GET /healthz (liveness: 200 "ok", or 503 when the health callback says so).
+// and GET /healthz (liveness: 200 "ok", or 503 when the health callback says so). With
+// `bearer_token_file` set, /metrics answers 401 (WWW-Authenticate: Bearer) unless the scrape
+// presents `Authorization: Bearer <token>` (metrics_auth.h); /healthz stays open for probes.
 //
 // Served with cpp-httplib rather than prometheus-cpp's civetweb Exposer, whose stop takes ~2 s:
 // Stop() here returns in milliseconds. Connections are not kept alive (one request each), so an
@@ -32,10 +34,15 @@ struct MetricsServerOptions {
   std::string host = "0.0.0.0";
   // TCP port; 0 picks a free port (read it with port(), and it goes into the "listening" line).
   int port = 0;
+  // A file holding the token scrapes must present as "Authorization: Bearer <token>"; empty =
+  // /metrics is open (Prometheus' `authorization: {credentials_file: ...}` sends it).
+  std::string bearer_token_file;
 
   static void Describe(config::Schema<MetricsServerOptions>& s) {
     s.Add("host", &MetricsServerOptions::host, "address to bind").NonEmpty();
     s.Add("port", &MetricsServerOptions::port, "metrics port; 0 picks a free one").Range(0, 65535);
+    s.Add("bearer_token_file", &MetricsServerOptions::bearer_token_file,
+          "token file /metrics scrapes must present as a bearer token; empty = open");
   }
   absl::Status Validate() const { return config::CheckFields(*this); }
 };
@@ -46,7 +53,8 @@ class MetricsServer {
   using HealthCheck = std::function<bool()>;
 
   // Binds and starts serving. kUnavailable when the address cannot be bound (port in use);
-  // kInvalidArgument for invalid options. `healthy` may be empty (always healthy).
+  // kInvalidArgument for invalid options; kNotFound for a token file that cannot be read. `healthy`
+  // may be empty (always healthy).
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsServerOptions& options,
                                                               const Registry& registry,
                                                               HealthCheck healthy = nullptr);

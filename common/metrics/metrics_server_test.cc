@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -34,6 +36,41 @@ TEST(MetricsServerTest, ServesMetricsOverLoopbackOnAChosenPort) {
   res = client.Get("/metrics");
   ASSERT_TRUE(res);
   EXPECT_THAT(res->body, HasSubstr("\nmoe_test_events_total 3\n"));
+}
+
+// metrics.bearer_token_file: a scrape without the token (or with another) is 401, with it 200;
+// /healthz stays open for probes.
+TEST(MetricsServerTest, ABearerTokenFileProtectsMetricsButNotHealthz) {
+  const std::string path = ::testing::TempDir() + "/metrics_token";
+  {
+    std::ofstream f(path);
+    f << "s3cret-token\n";
+  }
+  Registry registry;
+  registry.AddCounter("moe_test_events_total", "Events.").Increment();
+  MetricsServerOptions options = Loopback();
+  options.bearer_token_file = path;
+  ASSERT_OK_AND_ASSIGN(auto server, MetricsServer::Start(options, registry));
+  httplib::Client client("127.0.0.1", server->port());
+  httplib::Result res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer");
+  EXPECT_THAT(res->body, ::testing::Not(HasSubstr("moe_test_events_total")));
+  res = client.Get("/metrics", {{"Authorization", "Bearer wrong"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  res = client.Get("/metrics", {{"Authorization", "Bearer s3cret-token"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_THAT(res->body, HasSubstr("moe_test_events_total 1"));
+  res = client.Get("/healthz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+
+  options.bearer_token_file = ::testing::TempDir() + "/no_such_token_file";
+  EXPECT_THAT(MetricsServer::Start(options, registry).status(),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(MetricsServerTest, HealthzFollowsTheHealthCallback) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -397,19 +398,24 @@ void Connection::OnHeader(beast::error_code ec) {
 void Connection::OnRead(beast::error_code ec) {
   if (state_ == State::kClosed) return;
   if (ec == http::error::body_limit) {
-    SendError(ApiError::TooLarge(
-        absl::StrCat("The request body exceeds ",
-                     parser_->get().count(http::field::content_type) &&
-                             beast::iequals(parser_->get()[http::field::content_type].substr(0, 19),
-                                            "multipart/form-data")
-                         ? server_->options().max_upload_bytes
-                         : server_->options().max_body_bytes,
-                     " bytes.")));
+    const bool upload = parser_->get().count(http::field::content_type) &&
+                        beast::iequals(parser_->get()[http::field::content_type].substr(0, 19),
+                                       "multipart/form-data");
+    ApiError e = ApiError::LimitExceeded(
+        "", upload ? "http.max_upload_bytes" : "http.max_body_bytes",
+        upload ? server_->options().max_upload_bytes : server_->options().max_body_bytes,
+        "The request body is too large.");
+    e.http_status = 413;
+    e.code = "request_too_large";
+    SendError(e);
     return;
   }
   if (ec == http::error::header_limit) {
-    ApiError e = ApiError::InvalidRequest("The request headers are too large.");
+    ApiError e =
+        ApiError::LimitExceeded("", "http.max_header_bytes", server_->options().max_header_bytes,
+                                "The request headers are too large.");
     e.http_status = 431;
+    e.code = "request_header_fields_too_large";
     SendError(e);
     return;
   }
@@ -428,6 +434,16 @@ void Connection::OnRead(beast::error_code ec) {
   http::request<http::string_body> req = parser_->release();
   parser_.reset();
   keep_alive_ = req.keep_alive();
+  if (const int64_t fields = std::distance(req.begin(), req.end());
+      fields > server_->options().max_header_fields) {
+    ApiError e =
+        ApiError::LimitExceeded("", "http.max_header_fields", server_->options().max_header_fields,
+                                absl::StrCat("The request has ", fields, " header fields."));
+    e.http_status = 431;
+    e.code = "request_header_fields_too_large";
+    SendError(e);
+    return;
+  }
   HttpRequest request;
   request.method = std::string(req.method_string());
   request.target = std::string(req.target());

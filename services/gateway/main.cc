@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "common/base/log.h"
 #include "common/config/loader.h"
 #include "common/grpc/signals.h"
+#include "common/metrics/metrics_server.h"
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/gateway.h"
@@ -84,7 +86,16 @@ absl::Status Run(int argc, char** argv) {
       },
       core->metrics());
   if (!server.ok()) return server.status();
-  common::PrintListeningLine({.http = (*server)->port()});
+  // /metrics on its own port (the HTTP port then answers 404 for it).
+  std::unique_ptr<common::metrics::MetricsServer> metrics_server;
+  if (options->metrics.separate_port) {
+    auto started = common::metrics::MetricsServer::Start(options->metrics.server(), registry);
+    if (!started.ok()) return started.status();
+    metrics_server = std::move(started).value();
+  }
+  common::PrintListeningLine(
+      {.http = (*server)->port(),
+       .metrics = metrics_server ? std::optional<int>(metrics_server->port()) : std::nullopt});
   MOE_LOG_INFO("gateway: serving {} (context {}) on http://{}:{}, {} router(s), {} asr, {} tts",
                model->id, model->max_model_len, options->http.host, (*server)->port(),
                options->routing.routers.size(), options->voice.asr.size(),
@@ -101,6 +112,7 @@ absl::Status Run(int argc, char** argv) {
     MOE_LOG_WARN("gateway: drain timeout; cancelling {} request(s)", core->in_flight());
   }
   (*server)->Stop();  // cancels what is left
+  if (metrics_server) metrics_server->Stop();
   // Sessions hold the core: wait for their final callbacks before tearing down.
   const absl::Time hard = absl::Now() + absl::Seconds(5);
   while (core->in_flight() > 0 && absl::Now() < hard) {

@@ -98,8 +98,10 @@ std::string EspeakSynthesizer::Resolve(const std::string& voice) const {
   for (const auto& [alias, target] : aliases_) {
     if (alias == voice) return target;
   }
-  // Only names an espeak voice file could have (no paths, no options).
-  if (voice.empty() || voice.size() > 64 ||
+  // Only names an espeak voice file could have (no paths, no dot names, no options): espeak-ng
+  // opens voices/<name> and voices/!v/<variant> under its data directory.
+  if (voice.empty() || voice.size() > 64 || voice[0] == '.' ||
+      voice.find("..") != std::string::npos ||
       voice.find_first_of("/\\ \t\n\r") != std::string::npos) {
     return "";
   }

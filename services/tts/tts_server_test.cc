@@ -144,6 +144,14 @@ TEST_F(TtsServerTest, BadStreamsGetInvalidArgument) {
   Result r = Synthesize(config, {"x"});
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(r.status.error_message(), HasSubstr("no-such-voice"));
+  // A voice name is never a path (espeak-ng would load a voice file from it).
+  for (const char* path : {"../../../../etc/passwd", "/usr/share/espeak-ng-data/voices/!v/m1",
+                           "en/../../../x", "..", "en+..", ".hidden", "en\\..\\x", "en us"}) {
+    pb::SynthesisConfig bad;
+    bad.set_voice(path);
+    EXPECT_EQ(Synthesize(bad, {"x"}).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << path;
+  }
   pb::SynthesisConfig rate;
   rate.set_sample_rate_hz(96000);
   EXPECT_EQ(Synthesize(rate, {"x"}).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

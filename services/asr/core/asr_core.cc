@@ -1,6 +1,7 @@
 #include "services/asr/core/asr_core.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -9,6 +10,40 @@
 
 namespace moe::asr {
 namespace {
+
+// Whether a JSGF text has an `import <...>;` statement (pocketsphinx resolves one to a .gram file
+// on the disk, a path chosen by the caller). Statements end with ';'; comments before one are
+// skipped.
+bool HasJsgfImport(std::string_view jsgf) {
+  size_t i = 0;
+  bool statement_start = true;
+  while (i < jsgf.size()) {
+    const char ch = jsgf[i];
+    if (jsgf.compare(i, 2, "//") == 0) {
+      i = jsgf.find('\n', i);
+      if (i == std::string_view::npos) break;
+      continue;
+    }
+    if (jsgf.compare(i, 2, "/*") == 0) {
+      i = jsgf.find("*/", i + 2);
+      if (i == std::string_view::npos) break;
+      i += 2;
+      continue;
+    }
+    if (absl::ascii_isspace(static_cast<unsigned char>(ch))) {
+      ++i;
+      continue;
+    }
+    if (statement_start && jsgf.compare(i, 6, "import") == 0 &&
+        (i + 6 == jsgf.size() || jsgf[i + 6] == '<' ||
+         absl::ascii_isspace(static_cast<unsigned char>(jsgf[i + 6])))) {
+      return true;
+    }
+    statement_start = ch == ';';
+    ++i;
+  }
+  return false;
+}
 
 // The decoder is fed and its VAD read in frames of this length: the endpointer's resolution.
 constexpr int kFrameMs = 20;
@@ -38,6 +73,11 @@ absl::Status ValidateStreamConfig(const StreamConfig& c, const AsrCoreOptions& o
           static_cast<int64_t>(c.spec.grammar_jsgf.size()) > o.max_grammar_bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             "grammar_jsgf: must be 1..", o.max_grammar_bytes, " bytes in grammar mode"));
+      }
+      if (HasJsgfImport(c.spec.grammar_jsgf)) {
+        return absl::InvalidArgumentError(
+            "grammar_jsgf: import statements are not supported (pocketsphinx would read grammar "
+            "files from the disk)");
       }
       break;
     case RecognitionMode::kKeywords:

@@ -218,6 +218,16 @@ TEST_F(AsrCoreTest, ConfigIsCheckedAndDecodersAreBounded) {
                           .spec = {.mode = RecognitionMode::kGrammar, .grammar_jsgf = "bad"}})
                   .status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // A JSGF import would make pocketsphinx open a file the caller names: refused before decoding.
+  for (const char* jsgf : {"#JSGF V1.0;\ngrammar g;\nimport <etc.passwd>;\npublic <a> = yes;",
+                           "#JSGF V1.0; grammar g; /* c */ import<tmp.x.*>; public <a> = yes;"}) {
+    EXPECT_THAT(core_
+                    ->Open({.sample_rate_hz = 16000,
+                            .spec = {.mode = RecognitionMode::kGrammar, .grammar_jsgf = jsgf}})
+                    .status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("import")))
+        << jsgf;
+  }
   auto held = core_->Open({.sample_rate_hz = 16000});
   ASSERT_THAT(held.status(), IsOk());
   EXPECT_THAT(core_->Open({.sample_rate_hz = 16000}).status(),

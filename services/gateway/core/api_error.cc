@@ -86,6 +86,20 @@ ApiError ApiError::TooLarge(std::string message) {
   return e;
 }
 
+ApiError ApiError::LimitExceeded(std::string param, const std::string& option, int64_t limit,
+                                 const std::string& message) {
+  return LimitExceeded(std::move(param), option, absl::StrCat(limit), message);
+}
+
+ApiError ApiError::LimitExceeded(std::string param, const std::string& option,
+                                 const std::string& limit, const std::string& message) {
+  ApiError e;
+  e.message = absl::StrCat(message, " (limit: ", option, " = ", limit, ")");
+  if (!param.empty()) e.param = std::move(param);
+  e.code = "limit_exceeded";
+  return e;
+}
+
 ApiError ApiError::RateLimited(int retry_after_s) {
   ApiError e;
   e.http_status = 429;

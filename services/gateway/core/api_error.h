@@ -4,8 +4,12 @@
 //   403 permission_denied,
 //   404 model_not_found, 413 request_too_large, 429 rate_limit_exceeded (+ Retry-After),
 //   503 overloaded / draining (+ Retry-After), 500 server_error.
+// A size the client controls past a configured limit (LimitExceeded): 400 limit_exceeded (413
+// request_too_large for bodies, 431 for headers), `param` the field, the message naming the
+// option and its value ("... (limit: limits.max_stop_strings = 16)").
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -36,6 +40,13 @@ struct ApiError {
   // 403: an authenticated key asks for something it may not (a request `priority`).
   static ApiError Forbidden(std::string param, std::string message);
   static ApiError TooLarge(std::string message);
+  // A client-controlled size past the option `option` (its value `limit`): 400 limit_exceeded,
+  // `param` the field (empty: JSON null). The message ends "(limit: <option> = <limit>)".
+  static ApiError LimitExceeded(std::string param, const std::string& option, int64_t limit,
+                                const std::string& message);
+  // The same with the limit as text ("1s", a duration).
+  static ApiError LimitExceeded(std::string param, const std::string& option,
+                                const std::string& limit, const std::string& message);
   static ApiError RateLimited(int retry_after_s);
   static ApiError Overloaded(std::string message, int retry_after_s);
   static ApiError Internal(std::string message);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/audio/encoder.h"
 #include "common/audio/pcm.h"
 #include "common/audio/resampler.h"
@@ -314,10 +315,10 @@ CancelFn AudioEndpoints::Transcribe(const HttpRequest& request,
   const double duration_s =
       static_cast<double>(decoded->samples.size()) / static_cast<double>(decoded->sample_rate);
   if (duration_s > absl::ToDoubleSeconds(options_.max_transcription_audio)) {
-    return reject(ApiError::InvalidParam(
-        "file",
-        absl::StrFormat("The audio is %.1f s long; at most %.0f s are accepted.", duration_s,
-                        absl::ToDoubleSeconds(options_.max_transcription_audio))));
+    return reject(
+        ApiError::LimitExceeded("file", "voice.max_transcription_audio",
+                                absl::FormatDuration(options_.max_transcription_audio),
+                                absl::StrFormat("The audio is %.1f s long.", duration_s)));
   }
   absl::StatusOr<std::vector<int16_t>> pcm =
       audio::Resample(decoded->samples, decoded->sample_rate, kAsrRate);
@@ -374,9 +375,9 @@ CancelFn AudioEndpoints::Speak(const HttpRequest& request,
   }
   if (input.empty()) return reject(ApiError::InvalidParam("input", "'input' is required."));
   if (static_cast<int64_t>(input.size()) > options_.max_speech_input_chars) {
-    return reject(ApiError::InvalidParam(
-        "input",
-        absl::StrCat("'input' is longer than ", options_.max_speech_input_chars, " characters.")));
+    return reject(ApiError::LimitExceeded(
+        "input", "voice.max_speech_input_chars", options_.max_speech_input_chars,
+        absl::StrCat("'input' is ", input.size(), " bytes long.")));
   }
   const std::optional<audio::AudioFormat> f = audio::ParseAudioFormat(format);
   if (!f) {

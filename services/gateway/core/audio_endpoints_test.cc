@@ -160,7 +160,9 @@ TEST_F(AudioEndpointsTest, AudioLongerThanTheLimitIsRefused) {
   short_limit.Transcribe(Upload(Wav(16000, 2.0), {{"model", "whisper-1"}}), w, [] {});
   w->Wait();
   EXPECT_EQ(w->status(), 400);
-  EXPECT_THAT(Error(*w)["message"].get<std::string>(), HasSubstr("at most 1 s"));
+  EXPECT_THAT(Error(*w)["message"].get<std::string>(),
+              HasSubstr("(limit: voice.max_transcription_audio = 1s)"));
+  EXPECT_EQ(Error(*w)["code"], "limit_exceeded");
   EXPECT_EQ(asr_.num_calls(), 0);
 }
 

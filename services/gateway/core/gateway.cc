@@ -131,14 +131,18 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const GatewayOptions& o
                        deps.tokenizer, deps.tokenizer.vocab_size(), deps.tokenizer.eos_ids()));
   auto grammar = std::make_unique<grammar::GrammarCache>(options.grammar, std::move(vocabulary),
                                                          deps.registry, deps.clock);
+  ASSIGN_OR_RETURN(common::metrics::MetricsAuth metrics_auth,
+                   common::metrics::MetricsAuth::FromFile(options.metrics.bearer_token_file));
   return std::unique_ptr<Gateway>(new Gateway(options, model, deps, voice, std::move(keys),
-                                              std::move(prompts), std::move(grammar), tool_format));
+                                              std::move(prompts), std::move(grammar), tool_format,
+                                              std::move(metrics_auth)));
 }
 
 Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
                  std::optional<GatewayVoiceDeps> voice, std::unique_ptr<ApiKeyStore> api_keys,
                  std::unique_ptr<PromptBuilder> prompts,
-                 std::unique_ptr<grammar::GrammarCache> grammar, ToolCallFormat tool_format)
+                 std::unique_ptr<grammar::GrammarCache> grammar, ToolCallFormat tool_format,
+                 common::metrics::MetricsAuth metrics_auth)
     : options_(options),
       model_(model),
       deps_(deps),
@@ -147,7 +151,14 @@ Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayD
       prompts_(std::move(prompts)),
       grammar_(std::move(grammar)),
       tool_format_(tool_format),
-      request_limits_{.max_stop_strings = options.limits.max_stop_strings},
+      metrics_auth_(std::move(metrics_auth)),
+      request_limits_{.max_stop_strings = options.limits.max_stop_strings,
+                      .max_stop_string_bytes = options.limits.max_stop_string_bytes,
+                      .max_stop_token_ids = options.limits.max_stop_token_ids,
+                      .max_logit_bias_entries = options.limits.max_logit_bias_entries,
+                      .max_messages = options.limits.max_messages,
+                      .max_tools = options.limits.max_tools,
+                      .max_top_logprobs = options.limits.max_top_logprobs},
       id_seed_(std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32)),
       metrics_(deps.registry, model.id),
       voice_metrics_(deps.registry),
@@ -211,8 +222,16 @@ CancelFn Gateway::Handle(HttpRequest request, std::shared_ptr<ResponseWriter> wr
     Reply(*writer, Text(ready ? 200 : 503, ready ? "ready\n" : "not ready\n"));
     return nullptr;
   }
-  if (path == "/metrics") {
+  if (path == "/metrics" && !options_.metrics.separate_port) {
     if (!expect(get)) return nullptr;
+    if (!metrics_auth_.Allows(request.authorization)) {
+      ApiError e =
+          ApiError::Unauthorized("/metrics needs a bearer token (metrics.bearer_token_file).");
+      HttpResponse r = e.ToResponse();
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      Reply(*writer, std::move(r));
+      return nullptr;
+    }
     HttpResponse r = Text(200, deps_.registry.TextExposition());
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     Reply(*writer, std::move(r));
@@ -326,15 +345,17 @@ std::optional<ApiError> Gateway::CheckPromptIds(const CompletionRequest& request
   const int32_t max_prompt = options_.limits.max_prompt_tokens > 0
                                  ? std::min(options_.limits.max_prompt_tokens, model_.max_model_len)
                                  : model_.max_model_len;
-  if (p > max_prompt || p >= model_.max_model_len) {
+  if (p > max_prompt && max_prompt < model_.max_model_len) {
+    // The operator's limit binds before the context does.
+    return ApiError::LimitExceeded(
+        param, "limits.max_prompt_tokens", max_prompt,
+        absl::StrCat("The prompt has ", p, " tokens; at most ", max_prompt, " are allowed."));
+  }
+  if (p >= model_.max_model_len) {
     ApiError e = ApiError::InvalidParam(
         param, absl::StrCat("This model's maximum context length is ", model_.max_model_len,
-                            " tokens (prompts at most ", max_prompt,
-                            " tokens). However, your "
-                            "request has ",
-                            p,
-                            " input tokens. Please reduce the length of "
-                            "the input."));
+                            " tokens. However, your request has ", p,
+                            " input tokens. Please reduce the length of the input."));
     e.code = "context_length_exceeded";
     return e;
   }
@@ -387,6 +408,18 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
     constraint_param = "tools";
   }
   if (constraint.active()) {
+    // The size first, so that a schema too large says which limit (the cache refuses it too).
+    int64_t spec_bytes = static_cast<int64_t>(constraint.spec.size());
+    for (const std::string& c : constraint.choices) spec_bytes += static_cast<int64_t>(c.size());
+    if (spec_bytes > options_.grammar.max_spec_bytes) {
+      Reject(*writer,
+             ApiError::LimitExceeded(constraint_param, "grammar.max_spec_bytes",
+                                     options_.grammar.max_spec_bytes,
+                                     absl::StrCat("The output constraint from '", constraint_param,
+                                                  "' is ", spec_bytes, " bytes.")),
+             "invalid");
+      return nullptr;
+    }
     absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
         grammar_->Get(constraint);
     if (!compiled.ok()) {
@@ -421,6 +454,18 @@ CancelFn Gateway::HandleCompletion(Endpoint endpoint, const HttpRequest& http,
   // one is clamped), and who may set a priority.
   const char* max_tokens_param =
       endpoint == Endpoint::kChatCompletions ? "max_completion_tokens" : "max_tokens";
+  // The gateway's cap: an explicit request above it is refused, an implicit one clamped.
+  if (options_.limits.max_tokens > 0 && max_tokens > options_.limits.max_tokens) {
+    if (request.max_tokens) {
+      Reject(
+          *writer,
+          ApiError::LimitExceeded(max_tokens_param, "limits.max_tokens", options_.limits.max_tokens,
+                                  absl::StrCat("'", max_tokens_param, "' is ", max_tokens, ".")),
+          "invalid");
+      return nullptr;
+    }
+    max_tokens = options_.limits.max_tokens;
+  }
   if (key != nullptr && key->limits.max_tokens > 0 && max_tokens > key->limits.max_tokens) {
     if (request.max_tokens) {
       Reject(*writer,

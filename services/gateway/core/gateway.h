@@ -4,6 +4,7 @@
 //   GET  /v1/models                                    the served model, with max_model_len
 //   POST /tokenize, POST /detokenize                   vLLM-style helpers
 //   GET  /healthz (liveness), /readyz (a router is reachable and not draining), /metrics
+//        (unless metrics.separate_port; 401 without metrics.bearer_token_file's token)
 //   POST /v1/audio/transcriptions, /v1/audio/speech     speech in and out (audio_endpoints.h)
 //   GET  /v1/realtime (WebSocket upgrade)               the realtime API (realtime_session.h)
 //   GET  /, /playground/*                               the browser playground (static files)
@@ -26,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "common/base/clock.h"
 #include "common/grammar/grammar_cache.h"
+#include "common/metrics/metrics_auth.h"
 #include "common/metrics/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/gateway/core/api_error.h"
@@ -108,7 +110,7 @@ class Gateway {
   Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayDeps deps,
           std::optional<GatewayVoiceDeps> voice, std::unique_ptr<ApiKeyStore> api_keys,
           std::unique_ptr<PromptBuilder> prompts, std::unique_ptr<grammar::GrammarCache> grammar,
-          ToolCallFormat tool_format);
+          ToolCallFormat tool_format, common::metrics::MetricsAuth metrics_auth);
 
   CancelFn HandleCompletion(Endpoint endpoint, const HttpRequest& request,
                             const std::shared_ptr<ResponseWriter>& writer);
@@ -136,6 +138,7 @@ class Gateway {
   const std::unique_ptr<PromptBuilder> prompts_;
   const std::unique_ptr<grammar::GrammarCache> grammar_;
   const ToolCallFormat tool_format_;
+  const common::metrics::MetricsAuth metrics_auth_;  // /metrics on the HTTP port
   const RequestLimits request_limits_;
   const uint64_t id_seed_;
 

@@ -21,8 +21,12 @@ void HttpOptions::Describe(config::Schema<HttpOptions>& s) {
   s.Add("max_ws_send_queue_bytes", &HttpOptions::max_ws_send_queue_bytes,
         "unsent WebSocket output before the socket is closed (a client not reading)")
       .Range(1024, int64_t{4} << 30);
-  s.Add("max_header_bytes", &HttpOptions::max_header_bytes, "request header limit")
+  s.Add("max_header_bytes", &HttpOptions::max_header_bytes,
+        "request line + header bytes (431 past it)")
       .Range(1024, 1 << 20);
+  s.Add("max_header_fields", &HttpOptions::max_header_fields,
+        "header lines per request (431 past it)")
+      .Range(8, 10000);
   s.Add("idle_timeout", &HttpOptions::idle_timeout, "keep-alive idle timeout")
       .Min(absl::Milliseconds(1));
   s.Add("drain_timeout", &HttpOptions::drain_timeout, "grace for in-flight requests on SIGTERM")
@@ -40,10 +44,28 @@ void LimitOptions::Describe(config::Schema<LimitOptions>& s) {
       .Range(1, 1 << 24);
   s.Add("rate_limit_rps", &LimitOptions::rate_limit_rps, "requests/s per key; 0 = off").Min(0.0);
   s.Add("rate_limit_burst", &LimitOptions::rate_limit_burst, "token bucket size").Min(1.0);
-  s.Add("max_prompt_tokens", &LimitOptions::max_prompt_tokens, "0 = the context length").Min(0);
+  s.Add("max_prompt_tokens", &LimitOptions::max_prompt_tokens,
+        "prompt tokens at most; 0 = the context length")
+      .Min(0);
+  s.Add("max_tokens", &LimitOptions::max_tokens,
+        "max_tokens / max_completion_tokens at most; 0 = what the context leaves")
+      .Min(0);
   s.Add("retry_after_s", &LimitOptions::retry_after_s, "Retry-After of 503 answers").Range(1, 3600);
   s.Add("max_stop_strings", &LimitOptions::max_stop_strings, "stop strings per request")
       .Range(0, 1024);
+  s.Add("max_stop_string_bytes", &LimitOptions::max_stop_string_bytes, "bytes per stop string")
+      .Range(1, 1 << 16);
+  s.Add("max_stop_token_ids", &LimitOptions::max_stop_token_ids,
+        "stop_token_ids per request (the routers allow 64)")
+      .Range(0, 64);
+  s.Add("max_logit_bias_entries", &LimitOptions::max_logit_bias_entries,
+        "logit_bias entries per request")
+      .Range(0, 1 << 20);
+  s.Add("max_messages", &LimitOptions::max_messages, "chat messages per request").Range(1, 1 << 20);
+  s.Add("max_tools", &LimitOptions::max_tools, "function tools per request").Range(0, 4096);
+  s.Add("max_top_logprobs", &LimitOptions::max_top_logprobs,
+        "chat top_logprobs at most (completions logprobs: min(5, this))")
+      .Range(0, 20);
 }
 
 void AuthOptions::Describe(config::Schema<AuthOptions>& s) {
@@ -92,6 +114,9 @@ void RealtimeOptions::Describe(config::Schema<RealtimeOptions>& s) {
       .Range(1, 1 << 16);
   s.Add("max_session", &RealtimeOptions::max_session, "longest session")
       .Range(absl::Seconds(1), absl::Hours(24));
+  s.Add("max_input_audio_buffer", &RealtimeOptions::max_input_audio_buffer,
+        "uncommitted input audio without turn detection")
+      .Range(absl::Milliseconds(200), absl::Hours(1));
   s.Add("silence_duration", &RealtimeOptions::silence_duration,
         "turn detection pause when the client sets none")
       .Range(absl::Milliseconds(100), absl::Seconds(5));
@@ -121,6 +146,16 @@ void VoiceOptions::Describe(config::Schema<VoiceOptions>& s) {
   s.Section("realtime", &VoiceOptions::realtime);
 }
 
+void GatewayMetricsOptions::Describe(config::Schema<GatewayMetricsOptions>& s) {
+  s.Add("separate_port", &GatewayMetricsOptions::separate_port,
+        "serve /metrics on its own port instead of the HTTP port");
+  s.Add("host", &GatewayMetricsOptions::host, "metrics address (separate_port)").NonEmpty();
+  s.Add("port", &GatewayMetricsOptions::port, "metrics port (separate_port); 0 picks a free one")
+      .Range(0, 65535);
+  s.Add("bearer_token_file", &GatewayMetricsOptions::bearer_token_file,
+        "token file /metrics scrapes must present as a bearer token; empty = open");
+}
+
 void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
   s.Add("model_dir", &GatewayOptions::model_dir, "model directory (tokenizer, config.json)");
   s.Add("model_id", &GatewayOptions::model_id, "served model name; empty = dir base name");
@@ -139,6 +174,7 @@ void GatewayOptions::Describe(config::Schema<GatewayOptions>& s) {
   s.Section("auth", &GatewayOptions::auth);
   s.Section("routing", &GatewayOptions::routing);
   s.Section("voice", &GatewayOptions::voice);
+  s.Section("metrics", &GatewayOptions::metrics);
   s.Section("grammar", &GatewayOptions::grammar);
 }
 

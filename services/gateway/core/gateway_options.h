@@ -11,6 +11,7 @@
 #include "common/config/schema.h"
 #include "common/grammar/grammar_cache.h"
 #include "common/grpc/options.h"
+#include "common/metrics/metrics_server.h"
 
 namespace moe::gateway {
 
@@ -22,9 +23,10 @@ struct HttpOptions {
   int64_t max_body_bytes = 1 << 20;  // larger bodies: 413
   // multipart/form-data bodies (audio uploads): OpenAI's 25 MB file limit plus the form.
   int64_t max_upload_bytes = 26 << 20;
-  int64_t max_ws_message_bytes = 8 << 20;      // one WebSocket message (base64 audio)
-  int64_t max_ws_send_queue_bytes = 16 << 20;  // unsent WebSocket output; past it: close 1008
-  int32_t max_header_bytes = 16 << 10;
+  int64_t max_ws_message_bytes = 8 << 20;            // one WebSocket message (base64 audio)
+  int64_t max_ws_send_queue_bytes = 16 << 20;        // unsent WebSocket output; past it: close 1008
+  int32_t max_header_bytes = 16 << 10;               // request line + headers; past it: 431
+  int32_t max_header_fields = 100;                   // header lines per request; past it: 431
   absl::Duration idle_timeout = absl::Seconds(60);   // keep-alive connections between requests
   absl::Duration drain_timeout = absl::Seconds(30);  // SIGTERM: grace for in-flight requests
   // A client that stops reading: past this many response bytes queued on its connection, or when
@@ -37,13 +39,25 @@ struct HttpOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// Load limits (503 / 429) and the sizes a client controls in a request body: past one of these a
+// request is refused with 400 limit_exceeded naming the field (`param`) and the option
+// (ApiError::LimitExceeded). The README's limits table lists every one.
 struct LimitOptions {
   int32_t max_in_flight = 1024;   // generations at once; past this: 503 + Retry-After
   double rate_limit_rps = 0;      // per key (API key, else client address); 0 = off
   double rate_limit_burst = 20;   // bucket size
   int32_t max_prompt_tokens = 0;  // 0 = the model's context length
-  int32_t retry_after_s = 1;      // Retry-After for 503
+  // max_tokens / max_completion_tokens at most; 0 = what the context leaves. A request without
+  // one is capped here.
+  int32_t max_tokens = 0;
+  int32_t retry_after_s = 1;  // Retry-After for 503
   int32_t max_stop_strings = 16;
+  int32_t max_stop_string_bytes = 256;
+  int32_t max_stop_token_ids = 64;  // the routers refuse more
+  int32_t max_logit_bias_entries = 1024;
+  int32_t max_messages = 4096;    // chat messages per request
+  int32_t max_tools = 128;        // function tools per request (OpenAI's limit)
+  int32_t max_top_logprobs = 20;  // chat top_logprobs (OpenAI's 20); completions logprobs <= 5
 
   static void Describe(common::config::Schema<LimitOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }
@@ -101,6 +115,10 @@ struct RealtimeOptions {
   // New stable characters before another speculative prefill.
   int32_t speculative_min_chars = 12;
   absl::Duration max_session = absl::Minutes(30);  // then the session is closed
+  // Uncommitted audio without turn detection (the client commits): past it an append is refused
+  // with an error event (input_audio_buffer_too_large) and dropped. With server VAD the asr
+  // service's endpointer bounds each utterance (its max_utterance).
+  absl::Duration max_input_audio_buffer = absl::Minutes(5);
   // Turn detection's pause when the client sets none (the asr service's endpoint).
   absl::Duration silence_duration = absl::Milliseconds(300);
   std::string instructions = "You are a helpful voice assistant. Answer briefly.";
@@ -135,6 +153,23 @@ struct VoiceOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// Where the gateway's /metrics is served. By default on the HTTP port (beside the API); with
+// separate_port, on its own port (host, port: common/metrics' MetricsServer, as every other
+// service) and the HTTP port answers 404 for /metrics. bearer_token_file protects it on either
+// port (401 without the token).
+struct GatewayMetricsOptions {
+  bool separate_port = false;
+  std::string host = "0.0.0.0";  // separate_port only
+  int32_t port = 0;              // separate_port only; 0 picks a free one (the listening line)
+  std::string bearer_token_file;
+
+  common::metrics::MetricsServerOptions server() const {
+    return {.host = host, .port = port, .bearer_token_file = bearer_token_file};
+  }
+  static void Describe(common::config::Schema<GatewayMetricsOptions>& s);
+  absl::Status Validate() const { return common::config::CheckFields(*this); }
+};
+
 struct GatewayOptions {
   std::string model_dir;      // tokenizer.json, tokenizer_config.json, config.json
   std::string model_id;       // served name ("" = the model directory's base name)
@@ -150,6 +185,7 @@ struct GatewayOptions {
   AuthOptions auth;
   RoutingOptions routing;
   VoiceOptions voice;
+  GatewayMetricsOptions metrics;
   // Constraints (response_format, tools) are compiled here too, to refuse a bad schema with a 400
   // before routing; the routers compile their own copy.
   grammar::GrammarCacheOptions grammar;

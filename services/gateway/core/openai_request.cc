@@ -1,5 +1,6 @@
 #include "services/gateway/core/openai_request.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -32,6 +33,14 @@ class Fields {
 
   bool Fail(const std::string& param, const std::string& message) {
     if (!failed_) *error_ = ApiError::InvalidParam(param, message);
+    failed_ = true;
+    return false;
+  }
+
+  // A size past the limit option `option` (RequestLimits).
+  bool FailLimit(const std::string& param, const char* option, int64_t limit,
+                 const std::string& message) {
+    if (!failed_) *error_ = ApiError::LimitExceeded(param, option, limit, message);
     failed_ = true;
     return false;
   }
@@ -199,7 +208,9 @@ bool ParseMessages(Fields& f, const Json& v, const RequestLimits& limits, Json* 
     return f.Fail("messages", "'messages' must be a non-empty list of messages");
   }
   if (static_cast<int>(v.size()) > limits.max_messages) {
-    return f.Fail("messages", absl::StrCat("at most ", limits.max_messages, " messages"));
+    return f.FailLimit("messages", "limits.max_messages", limits.max_messages,
+                       absl::StrCat("'messages' has ", v.size(), " messages; at most ",
+                                    limits.max_messages, " are allowed"));
   }
   *out = Json::array();
   for (size_t i = 0; i < v.size(); ++i) {
@@ -300,12 +311,15 @@ bool ParseStop(Fields& f, const RequestLimits& limits, CompletionRequest* out) {
     return f.Fail("stop", "'stop' must be a string or a list of strings");
   }
   if (static_cast<int>(stops.size()) > limits.max_stop_strings) {
-    return f.Fail("stop", absl::StrCat("at most ", limits.max_stop_strings, " stop strings"));
+    return f.FailLimit("stop", "limits.max_stop_strings", limits.max_stop_strings,
+                       absl::StrCat("'stop' has ", stops.size(), " strings; at most ",
+                                    limits.max_stop_strings, " are allowed"));
   }
   for (std::string& s : stops) {
     if (static_cast<int>(s.size()) > limits.max_stop_string_bytes) {
-      return f.Fail("stop", absl::StrCat("each stop string is at most ",
-                                         limits.max_stop_string_bytes, " bytes"));
+      return f.FailLimit("stop", "limits.max_stop_string_bytes", limits.max_stop_string_bytes,
+                         absl::StrCat("a stop string of ", s.size(), " bytes; each is at most ",
+                                      limits.max_stop_string_bytes, " bytes"));
     }
     if (!s.empty()) out->stop.push_back(std::move(s));
   }
@@ -317,8 +331,9 @@ bool ParseLogitBias(Fields& f, const RequestLimits& limits, generation::Sampling
   if (v == nullptr) return true;
   if (!v->is_object()) return f.Fail("logit_bias", "'logit_bias' must be an object");
   if (static_cast<int>(v->size()) > limits.max_logit_bias_entries) {
-    return f.Fail("logit_bias",
-                  absl::StrCat("at most ", limits.max_logit_bias_entries, " logit_bias entries"));
+    return f.FailLimit("logit_bias", "limits.max_logit_bias_entries", limits.max_logit_bias_entries,
+                       absl::StrCat("'logit_bias' has ", v->size(), " entries; at most ",
+                                    limits.max_logit_bias_entries, " are allowed"));
   }
   for (auto it = v->begin(); it != v->end(); ++it) {
     int32_t id;
@@ -472,14 +487,19 @@ bool ParseStructuredOutputs(Fields& f, std::string_view body, std::optional<Orde
   return true;
 }
 
-bool ParseTools(Fields& f, std::string_view body, std::optional<OrderedJson>* ordered,
-                CompletionRequest* out) {
+bool ParseTools(Fields& f, std::string_view body, const RequestLimits& limits,
+                std::optional<OrderedJson>* ordered, CompletionRequest* out) {
   const Json* tools = f.Find("tools");
   const Json* choice = f.Find("tool_choice");
   if (tools != nullptr && !(tools->is_array())) {
     return f.Fail("tools", "'tools' must be a list of function tools");
   }
   absl::flat_hash_set<std::string> names;
+  if (tools != nullptr && static_cast<int>(tools->size()) > limits.max_tools) {
+    return f.FailLimit("tools", "limits.max_tools", limits.max_tools,
+                       absl::StrCat("'tools' has ", tools->size(), " tools; at most ",
+                                    limits.max_tools, " are allowed"));
+  }
   if (tools != nullptr) {
     for (size_t i = 0; i < tools->size(); ++i) {
       const Json& t = (*tools)[i];
@@ -592,7 +612,12 @@ bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const Requ
     bool logprobs = false;
     f.Bool("logprobs", &logprobs);
     int64_t top = 0;
-    f.Int("top_logprobs", 0, 20, &top);
+    f.Int("top_logprobs", 0, std::numeric_limits<int32_t>::max(), &top);
+    if (!f.failed() && top > limits.max_top_logprobs) {
+      return f.FailLimit("top_logprobs", "limits.max_top_logprobs", limits.max_top_logprobs,
+                         absl::StrCat("'top_logprobs' is ", top, "; at most ",
+                                      limits.max_top_logprobs, " are allowed"));
+    }
     if (!f.failed() && top > 0 && !logprobs) {
       return f.Fail("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     }
@@ -602,13 +627,22 @@ bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const Requ
     if (prompt == nullptr) return f.Fail("prompt", "'prompt' is required");
     if (!ParsePrompt(f, *prompt, out)) return false;
     int64_t lp = 0;
-    if (f.Int("logprobs", 0, 5, &lp)) out->sampling.logprobs = static_cast<int32_t>(lp);
+    if (f.Int("logprobs", 0, std::numeric_limits<int32_t>::max(), &lp)) {
+      // OpenAI's completions allow 5; the operator may lower it.
+      const int max_lp = std::min(5, limits.max_top_logprobs);
+      if (lp > max_lp) {
+        return f.FailLimit("logprobs", "limits.max_top_logprobs", max_lp,
+                           absl::StrCat("'logprobs' is ", lp, "; at most ", max_lp,
+                                        " are allowed on /v1/completions"));
+      }
+      out->sampling.logprobs = static_cast<int32_t>(lp);
+    }
   }
   if (f.failed()) return false;
   std::optional<OrderedJson> ordered;
   if (!ParseStructuredOutputs(f, body, &ordered, out)) return false;
   if (endpoint == Endpoint::kChatCompletions) {
-    if (!ParseTools(f, body, &ordered, out)) return false;
+    if (!ParseTools(f, body, limits, &ordered, out)) return false;
   } else if (const Json* t = f.Find("tools"); t != nullptr && !(t->is_array() && t->empty())) {
     return f.Fail("tools", "'tools' are only supported on /v1/chat/completions");
   }
@@ -642,8 +676,9 @@ bool ParseCompletionRequest(Endpoint endpoint, std::string_view body, const Requ
   if (const Json* ids = f.Find("stop_token_ids"); ids != nullptr) {
     if (!ParseIdList(f, *ids, "stop_token_ids", &s.stop_token_ids)) return false;
     if (static_cast<int>(s.stop_token_ids.size()) > limits.max_stop_token_ids) {
-      return f.Fail("stop_token_ids",
-                    absl::StrCat("at most ", limits.max_stop_token_ids, " stop_token_ids"));
+      return f.FailLimit("stop_token_ids", "limits.max_stop_token_ids", limits.max_stop_token_ids,
+                         absl::StrCat("'stop_token_ids' has ", s.stop_token_ids.size(),
+                                      " ids; at most ", limits.max_stop_token_ids, " are allowed"));
     }
   }
   f.Bool("ignore_eos", &s.ignore_eos);

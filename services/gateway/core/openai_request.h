@@ -9,7 +9,8 @@
 // assistant messages with tool_calls and tool messages. Whether a schema compiles is the
 // gateway's check (grammar cache), not this parser's.
 //
-// Every rejection is an ApiError 400 whose `param` names the field: malformed JSON, wrong types,
+// Every rejection is an ApiError 400 whose `param` names the field (sizes past RequestLimits:
+// code limit_exceeded, the message naming the option): malformed JSON, wrong types,
 // values out of range, and parameters this gateway does not support yet (n > 1, the deprecated
 // functions / function_call, guided_grammar, echo, suffix, best_of > 1), which are never silently
 // ignored. Unknown fields are ignored, as vLLM does. The model name is checked by
@@ -92,12 +93,18 @@ struct CompletionRequest {
   std::string constraint_param;
 };
 
+// Sizes a client controls, from the gateway's `limits` options (gateway_options.h). A request past
+// one is refused with ApiError::LimitExceeded (400 limit_exceeded, `param` the field, the message
+// naming the option).
 struct RequestLimits {
-  int max_stop_strings = 16;
-  int max_stop_string_bytes = 256;
-  int max_stop_token_ids = 64;
-  int max_logit_bias_entries = 1024;
-  int max_messages = 4096;
+  int max_stop_strings = 16;          // limits.max_stop_strings
+  int max_stop_string_bytes = 256;    // limits.max_stop_string_bytes
+  int max_stop_token_ids = 64;        // limits.max_stop_token_ids (the routers' own bound)
+  int max_logit_bias_entries = 1024;  // limits.max_logit_bias_entries
+  int max_messages = 4096;            // limits.max_messages
+  int max_tools = 128;                // limits.max_tools
+  int max_top_logprobs = 20;          // limits.max_top_logprobs (chat top_logprobs; completions
+                                      // logprobs at most min(5, this))
 };
 
 // Parses `body` for `endpoint`. On failure returns false and fills `*error`.

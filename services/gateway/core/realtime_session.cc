@@ -307,6 +307,18 @@ void RealtimeSession::OnAppend(const Json& event) {
           "server_error");
     return;
   }
+  const int64_t max_buffer =
+      absl::ToInt64Milliseconds(options_.max_input_audio_buffer) * kBytesPerMs;
+  if (!config_.turn.server_vad &&
+      uncommitted_bytes_ + static_cast<int64_t>(pcm.size()) > max_buffer) {
+    Error("input_audio_buffer_too_large",
+          absl::StrCat("The input audio buffer would exceed ",
+                       absl::ToInt64Milliseconds(options_.max_input_audio_buffer),
+                       " ms of audio; commit or clear it (limit: "
+                       "voice.realtime.max_input_audio_buffer). This chunk was dropped."),
+          "audio", id);
+    return;
+  }
   EnsureAsr();
   uncommitted_bytes_ += static_cast<int64_t>(pcm.size());
   asr_->SendAudio(std::move(pcm));
