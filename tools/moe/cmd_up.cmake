@@ -8,7 +8,7 @@ moe_add_library(moe_cli_up
   DEPS moe_config moe_process moe_http moe_grpc moe_grpc_pki moe_base moe_model_maker absl::strings
        absl::time)
 moe_add_test(moe_cli_up_test SRCS ${CMAKE_CURRENT_LIST_DIR}/up_topology_test.cc
-  DEPS moe_cli_up moe_testing)
+  ${CMAKE_CURRENT_LIST_DIR}/up_security_test.cc DEPS moe_cli_up moe_testing)
 list(APPEND MOE_CLI_DEPS moe_cli_up moe_process moe_grpc moe_config nlohmann_json::nlohmann_json)
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cmd_up.cc PROPERTIES
   COMPILE_DEFINITIONS "MOE_SOURCE_DIR=\"${CMAKE_SOURCE_DIR}\"")
