@@ -161,7 +161,7 @@ absl::StatusOr<ClusterSecurity> MakeClusterSecurity(const SecurityOptions& optio
   if (options.auth) {
     if (!options.api_keys_file.empty()) {
       sec.api_keys_file = fs::absolute(options.api_keys_file).lexically_normal().string();
-      if (!ReadFile(sec.api_keys_file).ok()) {
+      if (!common::ReadFile(sec.api_keys_file).ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("security.api_keys_file: cannot read \"", sec.api_keys_file, "\""));
       }
