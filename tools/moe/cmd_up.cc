@@ -10,8 +10,8 @@
 // to stderr, with the services' own output; stdout gets the URL and the curl example, then one
 // JSON line {"event":"ready","url":...,"model":...,"services":[{"name":"router-0",
 // "service":"router","grpc":P,"metrics":M}, ...]} for scripts; with `security` on, a
-// "security" object names the files a client needs (ca, admin_cert, admin_key, api_key_file,
-// token files: paths only, never a secret; up_security.h).
+// "security" object names the files a client needs (dir, ca, certs.<kind>.{cert,key},
+// token_files.<role>, api_keys_file, api_key_file: paths only, never a secret; up_security.h).
 #include <signal.h>
 #include <unistd.h>
 
