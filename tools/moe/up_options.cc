@@ -24,9 +24,9 @@ void SecurityOptions::Describe(config::Schema<SecurityOptions>& s) {
 }
 
 absl::Status SecurityOptions::Validate() const {
-  if (tokens && !auth) return absl::InvalidArgumentError("security.tokens: true needs auth: true");
+  if (tokens && !auth) return absl::InvalidArgumentError("tokens: true needs auth: true");
   if (!api_keys_file.empty() && !auth) {
-    return absl::InvalidArgumentError("security.api_keys_file needs auth: true");
+    return absl::InvalidArgumentError("api_keys_file: needs auth: true");
   }
   return absl::OkStatus();
 }
@@ -46,7 +46,6 @@ void UpOptions::Describe(config::Schema<UpOptions>& s) {
 
 absl::Status UpOptions::Validate() const {
   if (absl::Status st = config::CheckFields(*this); !st.ok()) return st;
-  if (absl::Status st = security.Validate(); !st.ok()) return st;
   for (const ServiceSpec& spec : Topology()) {
     const int32_t replicas = (this->*spec.options).replicas;
     if (spec.min_replicas == spec.max_replicas && replicas != spec.min_replicas) {

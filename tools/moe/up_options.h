@@ -43,7 +43,7 @@ struct SecurityOptions {
 
   bool UseTokens() const { return auth && (tokens || !mtls); }
   static void Describe(common::config::Schema<SecurityOptions>& s);
-  // tokens and api_keys_file need auth.
+  // tokens and api_keys_file need auth (CheckFields calls it, prefixing "security.").
   absl::Status Validate() const;
 };
 
