@@ -9,7 +9,9 @@
 // Options and the topology file: up_options.h (`moe up --help` lists every key). Progress goes
 // to stderr, with the services' own output; stdout gets the URL and the curl example, then one
 // JSON line {"event":"ready","url":...,"model":...,"services":[{"name":"router-0",
-// "service":"router","grpc":P,"metrics":M}, ...]} for scripts.
+// "service":"router","grpc":P,"metrics":M}, ...]} for scripts; with `security` on, a
+// "security" object names the files a client needs (dir, ca, certs.<kind>.{cert,key},
+// token_files.<role>, api_keys_file, api_key_file: paths only, never a secret; up_security.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/config/loader.h"
@@ -30,6 +33,7 @@
 #include "tools/moe/command.h"
 #include "tools/moe/ensure_model.h"
 #include "tools/moe/up_options.h"
+#include "tools/moe/up_security.h"
 #include "tools/moe/up_topology.h"
 
 #ifndef MOE_SOURCE_DIR
@@ -60,6 +64,27 @@ int NumExperts(const std::string& model_dir) {
   nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
   if (config.is_discarded() || !config.is_object()) return 0;
   return config.value("num_local_experts", config.value("num_experts", 0));
+}
+
+// The files a client of the secure cluster needs (paths only).
+nlohmann::json SecurityJson(const ClusterSecurity& s) {
+  nlohmann::json j = {{"dir", s.dir}, {"mtls", s.options.mtls}, {"auth", s.options.auth}};
+  if (s.options.mtls) {
+    j["ca"] = s.ca_file;
+    nlohmann::json certs = nlohmann::json::object();
+    for (const std::string& kind : CertifiedKinds()) {
+      certs[kind] = {{"cert", s.CertFile(kind)}, {"key", s.KeyFile(kind)}};
+    }
+    j["certs"] = std::move(certs);
+  }
+  if (s.options.UseTokens()) {
+    j["token_files"] = {{"gateway", s.TokenFile("gateway")},
+                        {"router", s.TokenFile("router")},
+                        {"admin", s.TokenFile("admin")}};
+  }
+  if (!s.api_keys_file.empty()) j["api_keys_file"] = s.api_keys_file;
+  if (!s.api_key_file.empty()) j["api_key_file"] = s.api_key_file;
+  return j;
 }
 
 // Starts every process of the topology up to its listening line, then waits until each is
@@ -129,6 +154,23 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
   c.data_dir = options->data_dir.empty() ? (fs::path(MOE_SOURCE_DIR) / ".moe-data").string()
                                          : options->data_dir;
   c.data_dir = fs::absolute(c.data_dir).lexically_normal().string();
+  {
+    const std::string dir = options->security.dir.empty()
+                                ? (fs::path(c.data_dir) / "security").string()
+                                : options->security.dir;
+    absl::StatusOr<ClusterSecurity> security =
+        MakeClusterSecurity(options->security, dir, options->host);
+    if (!security.ok()) {
+      std::fprintf(stderr, "moe up: %s\n", std::string(security.status().message()).c_str());
+      return 1;
+    }
+    c.security = *std::move(security);
+    if (c.security.enabled()) {
+      Progress(absl::StrCat("security: ", options->security.mtls ? "mTLS" : "no TLS",
+                            options->security.auth ? ", per-role auth" : "", "; credentials in ",
+                            c.security.dir));
+    }
+  }
 
   // SIGINT/SIGTERM are taken by the supervisor (a signalfd), so they are blocked before any
   // thread exists; children start with default signal handling whatever this process blocks.
@@ -171,12 +213,21 @@ int RunUp(const Args& args, const std::vector<std::string>& argv) {
     if (p.metrics) s["metrics"] = *p.metrics;
     services.push_back(std::move(s));
   }
-  std::printf(
-      "%s\n",
-      nlohmann::json{
-          {"event", "ready"}, {"url", url}, {"model", model}, {"services", std::move(services)}}
-          .dump()
-          .c_str());
+  nlohmann::json ready = {
+      {"event", "ready"}, {"url", url}, {"model", model}, {"services", std::move(services)}};
+  if (c.security.enabled()) ready["security"] = SecurityJson(c.security);
+  if (!c.security.api_key_file.empty()) {
+    std::printf("API key (Authorization: Bearer ...) in %s\n", c.security.api_key_file.c_str());
+  }
+  if (c.security.options.mtls) {
+    std::printf(
+        "  moe admin stats --routers %s --tls-ca %s --tls-cert %s --tls-key %s "
+        "--tls-server-name localhost\n",
+        absl::StrJoin(c.Addresses("router", &common::ListeningPorts::grpc), ",").c_str(),
+        c.security.ca_file.c_str(), c.security.CertFile("admin").c_str(),
+        c.security.KeyFile("admin").c_str());
+  }
+  std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
 
   const Supervisor::Event event = group.WaitForSignalOrExit({SIGINT, SIGTERM});

@@ -14,6 +14,23 @@ void ServiceOptions::Describe(config::Schema<ServiceOptions>& s) {
       .Range(0, 65535);
 }
 
+void SecurityOptions::Describe(config::Schema<SecurityOptions>& s) {
+  s.Add("mtls", &SecurityOptions::mtls, "throwaway CA, mTLS on every gRPC hop");
+  s.Add("auth", &SecurityOptions::auth, "per-role gRPC auth on every service, gateway API keys");
+  s.Add("tokens", &SecurityOptions::tokens, "also grant roles by bearer token under mtls");
+  s.Add("dir", &SecurityOptions::dir, "certificates, tokens, keys; default <data_dir>/security");
+  s.Add("api_keys_file", &SecurityOptions::api_keys_file,
+        "gateway key file (digests); default: moe up makes one key");
+}
+
+absl::Status SecurityOptions::Validate() const {
+  if (tokens && !auth) return absl::InvalidArgumentError("tokens: true needs auth: true");
+  if (!api_keys_file.empty() && !auth) {
+    return absl::InvalidArgumentError("api_keys_file: needs auth: true");
+  }
+  return absl::OkStatus();
+}
+
 void UpOptions::Describe(config::Schema<UpOptions>& s) {
   s.Add("model_dir", &UpOptions::model_dir, "checkpoint; default <repo>/.models/<preset>");
   s.Add("preset", &UpOptions::preset, "preset made when the model is missing");
@@ -24,6 +41,7 @@ void UpOptions::Describe(config::Schema<UpOptions>& s) {
   s.Add("stop_timeout", &UpOptions::stop_timeout, "grace per service on stop")
       .Min(absl::ZeroDuration());
   for (const ServiceSpec& spec : Topology()) s.Section(spec.name, spec.options);
+  s.Section("security", &UpOptions::security);
 }
 
 absl::Status UpOptions::Validate() const {

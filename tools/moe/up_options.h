@@ -8,6 +8,7 @@
 //   kv_store: {replicas: 1}        # the shared L2/L3 KV tiers (0: routers use L1 only)
 //   data_dir: /var/tmp/moe         # where the kv-store keeps L3 (default <repo>/.moe-data)
 //   asr: {replicas: 1}             # asr and tts: one each by default (voice); 0 = no voice
+//   security: {mtls: true, auth: true}  # a secure local cluster (up_security.h)
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,22 @@ struct ServiceOptions {
   absl::Status Validate() const { return common::config::CheckFields(*this); }
 };
 
+// A secure local cluster (up_security.h says what each turns on). All off by default: a local
+// cluster on loopback, where every local process is trusted.
+struct SecurityOptions {
+  bool mtls = false;  // a throwaway CA; mTLS on every gRPC hop
+  bool auth = false;  // grpc.auth on every service, and gateway API keys
+  // Also grant roles by bearer token files under mtls (without mtls, tokens are how roles go).
+  bool tokens = false;
+  std::string dir;            // "" = <data_dir>/security; remade on every start
+  std::string api_keys_file;  // the gateway's key file (digests); "" = moe up makes one key
+
+  bool UseTokens() const { return auth && (tokens || !mtls); }
+  static void Describe(common::config::Schema<SecurityOptions>& s);
+  // tokens and api_keys_file need auth (CheckFields calls it, prefixing "security.").
+  absl::Status Validate() const;
+};
+
 struct UpOptions {
   std::string model_dir;         // "" = <repo>/.models/<preset>
   std::string preset = "small";  // made when model_dir has no config.json
@@ -46,6 +63,7 @@ struct UpOptions {
   ServiceOptions asr;  // 0 replicas: the gateway's voice endpoints answer 503
   ServiceOptions tts;
   ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};
+  SecurityOptions security;
 
   // The sections come from Topology(), in start order.
   static void Describe(common::config::Schema<UpOptions>& s);

@@ -14,19 +14,27 @@ namespace {
 
 using common::ListeningPorts;
 
-// grpc.health.v1 says SERVING (the whole server).
-// Every gRPC service's server flags: bound to `moe up`'s host, ports picked by the OS.
-std::vector<std::string> ServerFlags(const UpContext& c, std::vector<std::string> flags = {}) {
+// Every gRPC service's server flags: bound to `moe up`'s host, ports picked by the OS, and the
+// security the run asks for (grpc.tls, grpc.auth with `kind`'s certificate; up_security.h).
+std::vector<std::string> ServerFlags(const UpContext& c, const std::string& kind,
+                                     std::vector<std::string> flags = {}) {
   for (const char* key : {"grpc.host=", "metrics.host="}) {
     flags.insert(flags.end(), {"--set", key + c.options.host});
   }
   flags.insert(flags.end(), {"--set", "grpc.port=0", "--set", "metrics.port=0"});
+  for (std::string& f : c.security.ServerFlags(kind)) flags.push_back(std::move(f));
   return flags;
 }
 
+void Append(std::vector<std::string>& flags, std::vector<std::string> more) {
+  for (std::string& f : more) flags.push_back(std::move(f));
+}
+
+// grpc.health.v1 says SERVING (the whole server), asked as the admin role under mTLS.
 absl::StatusOr<bool> GrpcServing(const UpContext& c, const ListeningPorts& ports) {
   if (!ports.grpc) return absl::InternalError("no grpc port");
-  auto channel = common::rpc::CreateChannel(absl::StrCat(c.options.host, ":", *ports.grpc));
+  auto channel = common::rpc::CreateChannel(absl::StrCat(c.options.host, ":", *ports.grpc),
+                                            c.security.AdminChannel());
   if (!channel.ok()) return channel.status();
   absl::StatusOr<bool> serving = common::rpc::CheckServing(**channel, "", absl::Seconds(1));
   return serving.ok() && *serving;
@@ -55,9 +63,10 @@ std::vector<ServiceSpec> MakeTopology() {
             // Every worker holds every expert; routers spread calls over the replicas. Routers
             // on this host reach it over shared memory (NegotiateTransport; shm.* defaults).
             return ServerFlags(
-                c, {"--set", "core.model_dir=" + c.model_dir, "--set",
-                    absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)), "--set",
-                    absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads)});
+                c, "expert_worker",
+                {"--set", "core.model_dir=" + c.model_dir, "--set",
+                 absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)), "--set",
+                 absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads)});
           },
       .ready = GrpcServing,
   });
@@ -69,9 +78,9 @@ std::vector<ServiceSpec> MakeTopology() {
       .flags =
           [](const UpContext& c, int i) {
             // L3 survives `moe up` restarts in the data directory; 2 GiB of it by default here.
-            return ServerFlags(
-                c, {"--set", absl::StrCat("core.l3_dir=", c.data_dir, "/kv-store-", i), "--set",
-                    "core.l3_bytes=2147483648"});
+            return ServerFlags(c, "kv_store",
+                               {"--set", absl::StrCat("core.l3_dir=", c.data_dir, "/kv-store-", i),
+                                "--set", "core.l3_bytes=2147483648"});
           },
       .ready = GrpcServing,
   });
@@ -83,8 +92,13 @@ std::vector<ServiceSpec> MakeTopology() {
       .flags =
           [](const UpContext& c, int i) {
             std::vector<std::string> flags =
-                ServerFlags(c, {"--set", "core.model_dir=" + c.model_dir, "--set",
-                                absl::StrCat("router_id=router-", i)});
+                ServerFlags(c, "router",
+                            {"--set", "core.model_dir=" + c.model_dir, "--set",
+                             absl::StrCat("router_id=router-", i)});
+            // It dials the kv-stores and the expert workers (the shared-memory negotiation
+            // too) as the router role.
+            Append(flags, c.security.ChannelFlags("kv_store.channel", "router", "router"));
+            Append(flags, c.security.ChannelFlags("experts.channel", "router", "router"));
             const std::vector<std::string> stores = c.Addresses("kv_store", &ListeningPorts::grpc);
             if (!stores.empty()) {
               flags.push_back("--set");
@@ -113,7 +127,8 @@ std::vector<ServiceSpec> MakeTopology() {
         .name = name,
         .binary = name,
         .options = options,
-        .flags = [](const UpContext& c, int) { return ServerFlags(c); },
+        .flags = [kind = std::string(name)](const UpContext& c,
+                                            int) { return ServerFlags(c, kind); },
         .ready = GrpcServing,
     });
   }
@@ -125,7 +140,7 @@ std::vector<ServiceSpec> MakeTopology() {
       .max_replicas = 1,
       .flags =
           [](const UpContext& c, int) {
-            return std::vector<std::string>{
+            std::vector<std::string> flags{
                 "--set",
                 "model_dir=" + c.model_dir,
                 "--set",
@@ -138,6 +153,14 @@ std::vector<ServiceSpec> MakeTopology() {
                 "voice.asr=" + absl::StrJoin(c.Addresses("asr", &ListeningPorts::grpc), ","),
                 "--set",
                 "voice.tts=" + absl::StrJoin(c.Addresses("tts", &ListeningPorts::grpc), ",")};
+            // It dials routers, asr and tts as the gateway role; clients need an API key.
+            Append(flags, c.security.ChannelFlags("routing.channel", "gateway", "gateway"));
+            Append(flags, c.security.ChannelFlags("voice.channel", "gateway", "gateway"));
+            if (!c.security.api_keys_file.empty()) {
+              flags.insert(flags.end(),
+                           {"--set", "auth.api_keys_file=" + c.security.api_keys_file});
+            }
+            return flags;
           },
       .ready = HttpReady,
   });

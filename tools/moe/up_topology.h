@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/process/listening.h"
 #include "tools/moe/up_options.h"
+#include "tools/moe/up_security.h"
 
 namespace moe::cli {
 
@@ -22,10 +23,11 @@ namespace moe::cli {
 // before it.
 struct UpContext {
   UpOptions options;
-  std::string model_dir;  // absolute
-  std::string data_dir;   // absolute: the kv-stores' L3 directories go below it
-  int num_experts = 0;    // routed experts per MoE layer (config.json)
-  int host_cores = 0;     // cores the cluster shares; 0 = std::thread::hardware_concurrency()
+  std::string model_dir;     // absolute
+  std::string data_dir;      // absolute: the kv-stores' L3 directories go below it
+  int num_experts = 0;       // routed experts per MoE layer (config.json)
+  int host_cores = 0;        // cores the cluster shares; 0 = std::thread::hardware_concurrency()
+  ClusterSecurity security;  // this run's credentials (security.*; none by default)
 
   struct Started {
     std::string service;  // its ServiceSpec's name

@@ -1,6 +1,5 @@
-// A throwaway PKI for tests: a CA and certificates signed by it, with the SANs a test needs,
-// written as PEM files under a directory. Made with OpenSSL at test time (nothing expires in
-// the repository), EC P-256 keys so that making one takes about a millisecond.
+// The tests' throwaway PKI: common/grpc/pki.h with failures as test-stopping CHECKs, so that a
+// test reads as the certificates it needs.
 //
 //   TestPki pki(dir);
 //   CertFiles ca = pki.Ca("cluster");
@@ -11,29 +10,24 @@
 #include <string>
 #include <vector>
 
+#include "common/grpc/pki.h"
+
 namespace moe::common::rpc::testing {
 
-struct CertFiles {
-  std::string cert_file;  // PEM certificate
-  std::string key_file;   // PEM private key (empty for nothing)
-};
+using ::moe::common::rpc::CertFiles;
 
 class TestPki {
  public:
-  explicit TestPki(std::string dir) : dir_(std::move(dir)) {}
+  explicit TestPki(std::string dir) : pki_(std::move(dir)) {}
 
-  // A self-signed CA named `name`: <dir>/<name>-ca.pem and -ca.key.
+  // Pki::Ca ("<name> CA"): <dir>/<name>-ca.pem and -ca.key.
   CertFiles Ca(const std::string& name);
-  // A leaf certificate for `name` signed by `ca`, with subjectAltNames in OpenSSL's form
-  // ("DNS:localhost", "URI:spiffe://moe.test/gateway", "IP:127.0.0.1"). Written to
-  // <dir>/<file_name>.pem and .key (file_name defaults to name); issuing again with the same
-  // file name overwrites (a rotation).
+  // Pki::Issue: <dir>/<file_name>.pem and .key; the same file name again is a rotation.
   CertFiles Issue(const CertFiles& ca, const std::string& name,
                   const std::vector<std::string>& sans, const std::string& file_name = "");
 
  private:
-  const std::string dir_;
-  long serial_ = 1;
+  Pki pki_;
 };
 
 }  // namespace moe::common::rpc::testing
