@@ -53,6 +53,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnStartStream(uint64_t seq, int status, HttpHeaders headers);
   void OnWrite(uint64_t seq, std::string data);
   void OnEnd(uint64_t seq);
+  // Writer::WhenFlushed: `fn` now when nothing of response `seq` is left to write, else once it
+  // is written or the connection closes.
+  void OnWhenFlushed(uint64_t seq, std::function<void()> fn);
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
@@ -66,9 +69,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Upgrade(http::request<http::string_body> req, HttpRequest request);
   void WatchForDisconnect(uint64_t seq);
   void Enqueue(std::string bytes);
-  // Writer::WhenFlushed on the strand: `fn` now when nothing of response `seq` is left to write,
-  // else once it is written or the connection closes.
-  void OnWhenFlushed(uint64_t seq, std::function<void()> fn);
   void RunFlushed();
   void DoWrite();
   void OnWritten(beast::error_code ec);

@@ -403,17 +403,6 @@ TEST_F(HttpServerTest, AFloodAtTenTimesCapacityIsRefusedWithRetryAfterAndRecover
   constexpr int kCapacity = 4;
   constexpr int kFlood = 10 * kCapacity;
   const std::string body = R"({"model":"tiny","prompt":"abc","max_tokens":6})";
-  // The unloaded answer, for comparison.
-  Start(FakeBackendOptions{});
-  auto alone = HttpCall(port_, "POST", "/v1/completions", body);
-  ASSERT_TRUE(alone);
-  ASSERT_EQ(alone->status, 200);
-  const std::string want_text = Json::parse(alone->body)["choices"][0]["text"];
-  server_->Stop();
-  server_.reset();
-  gateway_.reset();
-  backend_.reset();
-
   FakeBackendOptions fb;
   fb.hold_after_tokens = 2;  // admitted generations wait until Release()
   GatewayOptions options;
@@ -438,11 +427,12 @@ TEST_F(HttpServerTest, AFloodAtTenTimesCapacityIsRefusedWithRetryAfterAndRecover
   EXPECT_EQ(backend_->num_started(), kCapacity);
   EXPECT_EQ(gateway_->metrics().requests_running.Value(), kCapacity);
   backend_->Release();
+  std::vector<std::string> texts;
   for (int i = 0; i < kCapacity; ++i) {
     auto r = clients[i]->Read();
     ASSERT_TRUE(r) << i;
     EXPECT_EQ(r->status, 200) << i;
-    EXPECT_EQ(Json::parse(r->body)["choices"][0]["text"], want_text) << i;
+    texts.push_back(Json::parse(r->body)["choices"][0]["text"]);
     ok += r->status == 200;
   }
   EXPECT_EQ(ok, kCapacity);
@@ -454,7 +444,10 @@ TEST_F(HttpServerTest, AFloodAtTenTimesCapacityIsRefusedWithRetryAfterAndRecover
   auto after = HttpCall(port_, "POST", "/v1/completions", body);
   ASSERT_TRUE(after);
   EXPECT_EQ(after->status, 200);
-  EXPECT_EQ(Json::parse(after->body)["choices"][0]["text"], want_text);
+  // The admitted ones got what an unloaded request gets.
+  const std::string want_text = Json::parse(after->body)["choices"][0]["text"];
+  EXPECT_FALSE(want_text.empty());
+  for (const std::string& t : texts) EXPECT_EQ(t, want_text);
 }
 
 // Per-client rate limits refuse with 429 + Retry-After (not 503), and the bucket refills.
