@@ -55,7 +55,9 @@ class EnginePreemptionTest : public ::testing::Test {
     options.enable_prefix_caching = shape.prefix_caching;
     options.scheduler.chunked_prefill_size = 6;
     options.scheduler.max_batch_tokens = 24;
-    auto core = RouterCore::Create(options, registry_, common::SystemClock::Get());
+    // A registry per core (outliving it): no series is shared between runs.
+    registries_.push_back(std::make_unique<common::metrics::Registry>());
+    auto core = RouterCore::Create(options, *registries_.back(), common::SystemClock::Get());
     EXPECT_THAT(core.status(), IsOk());
     return core.ok() ? std::move(*core) : nullptr;
   }
@@ -124,7 +126,7 @@ class EnginePreemptionTest : public ::testing::Test {
   }
 
   static std::string* dir_;
-  common::metrics::Registry registry_;
+  std::vector<std::unique_ptr<common::metrics::Registry>> registries_;
 };
 
 std::string* EnginePreemptionTest::dir_ = nullptr;
