@@ -414,7 +414,9 @@ TEST_F(HttpServerTest, AFloodAtTenTimesCapacityIsRefusedWithRetryAfterAndRecover
     clients.push_back(std::make_unique<HttpTestClient>(port_));
     ASSERT_TRUE(clients.back()->connected());
     ASSERT_TRUE(clients.back()->Send("POST", "/v1/completions", body));
-    if (i + 1 == kCapacity) ASSERT_TRUE(backend_->WaitForHeld(kCapacity, absl::Seconds(10)));
+    if (i + 1 == kCapacity) {
+      ASSERT_TRUE(backend_->WaitForHeld(kCapacity, absl::Seconds(10)));
+    }
   }
   int ok = 0, refused = 0;
   for (int i = kCapacity; i < kFlood; ++i) {
