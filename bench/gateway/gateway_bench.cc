@@ -8,6 +8,11 @@
 //     the gateway minus arrival direct (p50/p99; figure gateway_token_overhead_ms_p99).
 //   - max sustained requests/s: closed loop of keep-alive clients on a gateway with the fake
 //     backend (no model cost), non-stream completions of 8 tokens.
+//   - overload: a gateway capped at limits.max_in_flight=8 in front of the real router, flooded
+//     by 10x as many closed-loop streaming clients: refusal latency (request sent -> 503/429
+//     headers) p50/p99, refusals without Retry-After (must be 0), admitted TTFT p50/p99 beside
+//     the same gateway's unloaded TTFT, its peak RSS, and whether the request after the flood is
+//     served.
 // Processes are the binaries beside `moe` (router, gateway, and moe_bench_fake_gateway: the
 // gateway's core and HTTP server in front of the fake backend), started with port 0 under one
 // common::process::Supervisor.
@@ -19,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -63,6 +69,90 @@ absl::StatusOr<const Supervisor::Member*> Start(Supervisor& group, const std::st
         absl::Now() + ready_timeout, absl::Milliseconds(50)));
   }
   return m;
+}
+
+struct FloodResult {
+  std::vector<double> refusal_ms;  // send -> refusal headers
+  std::vector<double> ttft_ms;     // send -> first token chunk, admitted streams
+  int64_t admitted = 0, completed = 0, refused_503 = 0, refused_429 = 0;
+  int64_t without_retry_after = 0, other = 0;
+};
+
+// One streaming completion on a fresh connection: its status, and the milliseconds to the
+// response headers and to the first token chunk (when admitted).
+struct Attempt {
+  int status = 0;
+  bool retry_after = false;
+  bool done = false;
+  double headers_ms = 0, first_token_ms = -1;
+};
+Attempt OneStream(int port, const std::string& body) {
+  Attempt a;
+  const auto start = std::chrono::steady_clock::now();
+  auto ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  common::http::HttpClient client(port);
+  if (!client.connected() || !client.Send("POST", "/v1/completions", body)) return a;
+  auto head = client.ReadHeaders();
+  if (!head) return a;
+  a.headers_ms = ms();
+  a.status = head->status;
+  a.retry_after = head->headers.count("retry-after") > 0;
+  if (a.status != 200) return a;
+  while (auto chunk = client.ReadChunk()) {
+    if (chunk->empty()) {
+      a.done = true;
+      break;
+    }
+    if (a.first_token_ms < 0 && chunk->find("\"text\"") != std::string::npos) {
+      a.first_token_ms = ms();
+    }
+  }
+  return a;
+}
+
+// `clients` closed-loop clients for `seconds`, each sending `body` again as soon as it is
+// answered (a refused client retries at once, ignoring Retry-After: the worst case).
+FloodResult Flood(int port, const std::string& body, int clients, double seconds) {
+  FloodResult total;
+  std::mutex mu;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      FloodResult mine;
+      while (!stop.load()) {
+        const Attempt a = OneStream(port, body);
+        if (a.status == 200) {
+          ++mine.admitted;
+          mine.completed += a.done;
+          if (a.first_token_ms >= 0) mine.ttft_ms.push_back(a.first_token_ms);
+        } else if (a.status == 503 || a.status == 429) {
+          ++(a.status == 503 ? mine.refused_503 : mine.refused_429);
+          mine.without_retry_after += !a.retry_after;
+          mine.refusal_ms.push_back(a.headers_ms);
+        } else {
+          ++mine.other;
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      total.refusal_ms.insert(total.refusal_ms.end(), mine.refusal_ms.begin(),
+                              mine.refusal_ms.end());
+      total.ttft_ms.insert(total.ttft_ms.end(), mine.ttft_ms.begin(), mine.ttft_ms.end());
+      total.admitted += mine.admitted;
+      total.completed += mine.completed;
+      total.refused_503 += mine.refused_503;
+      total.refused_429 += mine.refused_429;
+      total.without_retry_after += mine.without_retry_after;
+      total.other += mine.other;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  return total;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -171,7 +261,14 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
                          gateway_args({"--set", "token_interval=20ms"}), absl::Seconds(30)));
   ASSIGN_OR_RETURN(const Supervisor::Member* fast_gw, Start(group, "fake-gateway", fake_gateway_bin,
                                                             gateway_args({}), absl::Seconds(30)));
-  if (!gw->ports.http || !fake_gw->ports.http || !fast_gw->ports.http) {
+  constexpr int kCapped = 8;  // the overload phase's gateway: limits.max_in_flight
+  std::vector<std::string> capped_args = gateway_args({"--set", "routing.routers=" + router_addr});
+  for (std::string& a : capped_args) {
+    if (a == "limits.max_in_flight=4096") a = absl::StrCat("limits.max_in_flight=", kCapped);
+  }
+  ASSIGN_OR_RETURN(const Supervisor::Member* capped_gw,
+                   Start(group, "gateway-capped", gateway_bin, capped_args, absl::Seconds(120)));
+  if (!gw->ports.http || !fake_gw->ports.http || !fast_gw->ports.http || !capped_gw->ports.http) {
     return absl::InternalError("a gateway printed no http port");
   }
   const int gw_port = *gw->ports.http;
@@ -268,6 +365,21 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
   for (std::thread& t : threads) t.join();
   const double rps = done.load() / std::chrono::duration<double>(Clock::now() - rps_start).count();
 
+  // 4. Overload: 10x the capped gateway's capacity, closed loop.
+  const int capped_port = *capped_gw->ports.http;
+  const std::string flood_body = CompletionBody(model, {9, 10, 11, 12, 13, 14, 15, 16}, 16, true);
+  std::vector<double> unloaded_ttft;
+  for (int i = 0; i < (options.quick ? 5 : 20); ++i) {
+    const Attempt a = OneStream(capped_port, flood_body);
+    if (a.status == 200 && a.first_token_ms >= 0) unloaded_ttft.push_back(a.first_token_ms);
+  }
+  const double flood_seconds = options.quick ? 1.0 : 3.0;
+  std::fprintf(stderr, "bench gateway: overload, %d clients on max_in_flight=%d for %.0f s\n",
+               10 * kCapped, kCapped, flood_seconds);
+  const FloodResult flood = Flood(capped_port, flood_body, 10 * kCapped, flood_seconds);
+  const Attempt after = OneStream(capped_port, flood_body);
+  const int64_t rss_capped = capped_gw->child->PeakRssBytes();
+
   const int64_t rss_routed = gw->child->PeakRssBytes();
   const int64_t rss_paced = fake_gw->child->PeakRssBytes();
   group.StopAll();
@@ -320,6 +432,52 @@ absl::StatusOr<BenchReport> RunGatewayBench(const SuiteOptions& options) {
                {"backend", "fake (no model cost)"},
                {"max_tokens", 8},
                {"seconds", rps_seconds}},
+              std::nullopt});
+  const nlohmann::json flood_params = {{"capacity_max_in_flight", kCapped},
+                                       {"clients", 10 * kCapped},
+                                       {"seconds", flood_seconds},
+                                       {"admitted", flood.admitted},
+                                       {"admitted_completed", flood.completed},
+                                       {"refused_503", flood.refused_503},
+                                       {"refused_429", flood.refused_429},
+                                       {"refused_without_retry_after", flood.without_retry_after},
+                                       {"other_status", flood.other},
+                                       {"backend", "router (tiny), 16 tokens per stream"}};
+  nlohmann::json refusal_params = flood_params;
+  refusal_params["p50_ms"] = Percentile(flood.refusal_ms, 0.5);
+  refusal_params["method"] =
+      "closed-loop clients on fresh connections, retrying at once; request sent -> 503/429 "
+      "headers";
+  report.Add({"gateway_overload_refusal_ms_p99", Percentile(flood.refusal_ms, 0.99), "ms",
+              refusal_params, std::nullopt});
+  report.Add({"gateway_overload_refusal_ms_p50",
+              Percentile(flood.refusal_ms, 0.5),
+              "ms",
+              {{"refusals", flood.refusal_ms.size()}},
+              std::nullopt});
+  report.Add({"gateway_overload_admitted_ttft_ms_p99",
+              Percentile(flood.ttft_ms, 0.99),
+              "ms",
+              {{"p50_ms", Percentile(flood.ttft_ms, 0.5)},
+               {"admitted", flood.ttft_ms.size()},
+               {"unloaded_ttft_ms_p50", Percentile(unloaded_ttft, 0.5)},
+               {"unloaded_ttft_ms_p99", Percentile(unloaded_ttft, 0.99)},
+               {"unloaded_requests", unloaded_ttft.size()}},
+              std::nullopt});
+  report.Add({"gateway_overload_admitted_ttft_ms_p50",
+              Percentile(flood.ttft_ms, 0.5),
+              "ms",
+              {{"unloaded_ttft_ms_p50", Percentile(unloaded_ttft, 0.5)}},
+              std::nullopt});
+  report.Add({"gateway_overload_recovered",
+              after.status == 200 && after.done ? 1.0 : 0.0,
+              "bool",
+              {{"status_after_flood", after.status}, {"headers_ms", after.headers_ms}},
+              std::nullopt});
+  report.Add({"gateway_overload_peak_rss_bytes",
+              static_cast<double>(rss_capped),
+              "bytes",
+              {{"process", "gateway (max_in_flight=8, router backend)"}},
               std::nullopt});
   return report;
 }

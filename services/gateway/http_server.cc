@@ -2,9 +2,11 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -52,6 +54,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnStartStream(uint64_t seq, int status, HttpHeaders headers);
   void OnWrite(uint64_t seq, std::string data);
   void OnEnd(uint64_t seq);
+  // Writer::WhenFlushed: `fn` now when nothing of response `seq` is left to write, else once it
+  // is written or the connection closes.
+  void OnWhenFlushed(uint64_t seq, std::function<void()> fn);
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
@@ -65,6 +70,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Upgrade(http::request<http::string_body> req, HttpRequest request);
   void WatchForDisconnect(uint64_t seq);
   void Enqueue(std::string bytes);
+  void RunFlushed();
   void DoWrite();
   void OnWritten(beast::error_code ec);
   void FinishResponse();
@@ -88,6 +94,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int64_t out_bytes_ = 0;  // bytes in out_, bounded by max_pending_write_bytes
   bool writing_ = false;
   bool response_complete_ = false;
+  std::function<void()> on_flushed_;  // WhenFlushed's callback, waiting for the bytes to leave
   std::string client_;
   bool handed_over_ = false;  // the socket belongs to a WebSocket session now
 };
@@ -151,6 +158,22 @@ class WsWriter final : public WebSocketWriter {
   const std::weak_ptr<WsSession> session_;
 };
 
+// Calls its function once: from Run(), or at the latest when destroyed.
+class RunOnce {
+ public:
+  explicit RunOnce(std::function<void()> fn) : fn_(std::move(fn)) {}
+  ~RunOnce() { Run(); }
+  RunOnce(const RunOnce&) = delete;
+  RunOnce& operator=(const RunOnce&) = delete;
+  void Run() {
+    if (!done_.exchange(true) && fn_) fn_();
+  }
+
+ private:
+  std::function<void()> fn_;
+  std::atomic<bool> done_{false};
+};
+
 class Writer final : public ResponseWriter {
  public:
   Writer(std::weak_ptr<Connection> conn, net::any_io_executor ex, uint64_t seq)
@@ -171,6 +194,11 @@ class Writer final : public ResponseWriter {
   }
   void End() override {
     Post([seq = seq_](Connection& c) { c.OnEnd(seq); });
+  }
+  void WhenFlushed(std::function<void()> fn) override {
+    // Runs fn even if the posted handler is dropped unrun (the server stopped): no slot leaks.
+    auto once = std::make_shared<RunOnce>(std::move(fn));
+    Post([seq = seq_, once](Connection& c) { c.OnWhenFlushed(seq, [once] { once->Run(); }); });
   }
 
  private:
@@ -303,6 +331,52 @@ class Server final : public HttpServer {
   }
 
  private:
+  // A connection past max_connections: 503 + Retry-After (without reading its request), then a
+  // lingering close. At most max_connections of these at once; past that the socket is closed.
+  void Refuse(tcp::socket s) {
+    metrics_.rejected_total.Add({{"reason", "connections"}}).Increment();
+    if (refusing_.fetch_add(1) >= options_.max_connections) {
+      refusing_.fetch_sub(1);
+      beast::error_code ignored;
+      s.close(ignored);
+      return;
+    }
+    CountResponse(503);
+    auto stream = std::make_shared<beast::tcp_stream>(std::move(s));
+    ApiError error = ApiError::Overloaded("Too many connections; retry later.",
+                                          std::max(1, options_.retry_after_s));
+    auto bytes = std::make_shared<std::string>(absl::StrCat(
+        "HTTP/1.1 503 Service Unavailable\r\nServer: moe-gateway\r\n"
+        "Content-Type: application/json\r\nRetry-After: ",
+        error.retry_after_s, "\r\nConnection: close\r\nContent-Length: ", error.ToJson().size(),
+        "\r\n\r\n", error.ToJson()));
+    stream->expires_after(std::chrono::seconds(2));
+    net::async_write(*stream, net::buffer(*bytes),
+                     [this, stream, bytes](beast::error_code ec, size_t) {
+                       beast::error_code ignored;
+                       if (ec) {
+                         stream->close();
+                         refusing_.fetch_sub(1);
+                         return;
+                       }
+                       stream->socket().shutdown(tcp::socket::shutdown_send, ignored);
+                       LingerRefused(stream);
+                     });
+  }
+  // Reads what the refused client still sends until it closes (or 2 s), so that the kernel does
+  // not answer it with a reset that destroys the 503.
+  void LingerRefused(std::shared_ptr<beast::tcp_stream> stream) {
+    auto buf = std::make_shared<std::array<char, 4096>>();
+    stream->async_read_some(net::buffer(*buf), [this, stream, buf](beast::error_code ec, size_t) {
+      if (ec) {
+        stream->close();
+        refusing_.fetch_sub(1);
+      } else {
+        LingerRefused(stream);
+      }
+    });
+  }
+
   void DoAccept() {
     acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket s) {
       if (ec) {
@@ -312,8 +386,7 @@ class Server final : public HttpServer {
         return;
       }
       if (open_.load() >= options_.max_connections) {
-        beast::error_code ignored;
-        s.close(ignored);
+        Refuse(std::move(s));
       } else {
         open_.fetch_add(1);
         metrics_.connections_open.Increment();
@@ -336,6 +409,7 @@ class Server final : public HttpServer {
   std::vector<std::thread> threads_;
   int port_ = 0;
   std::atomic<int64_t> open_{0};
+  std::atomic<int64_t> refusing_{0};  // refused connections still being answered
   std::mutex mu_;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_;
   std::unordered_map<WsSession*, std::weak_ptr<WsSession>> sessions_;
@@ -597,6 +671,26 @@ void Connection::Enqueue(std::string bytes) {
   if (!writing_) DoWrite();
 }
 
+void Connection::OnWhenFlushed(uint64_t seq, std::function<void()> fn) {
+  const bool pending = seq == seq_ && state_ != State::kClosed && (writing_ || !out_.empty());
+  if (!pending) {
+    fn();
+    return;
+  }
+  if (on_flushed_) {
+    std::function<void()> earlier = std::move(on_flushed_);
+    earlier();
+  }
+  on_flushed_ = std::move(fn);
+}
+
+void Connection::RunFlushed() {
+  if (!on_flushed_) return;
+  std::function<void()> fn = std::move(on_flushed_);
+  on_flushed_ = nullptr;
+  fn();
+}
+
 void Connection::DoWrite() {
   if (state_ == State::kClosed) return;
   writing_ = true;
@@ -629,6 +723,7 @@ void Connection::OnWritten(beast::error_code ec) {
     DoWrite();
     return;
   }
+  RunFlushed();
   if (response_complete_) FinishResponse();
 }
 
@@ -660,6 +755,7 @@ void Connection::Close() {
   state_ = State::kClosed;
   out_.clear();
   out_bytes_ = 0;
+  RunFlushed();
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();

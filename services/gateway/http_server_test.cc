@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "common/base/clock.h"
@@ -271,6 +273,207 @@ TEST_F(HttpServerTest, StopClosesOpenStreams) {
   server_->Stop();
   EXPECT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(10)));
   EXPECT_EQ(server_->open_connections(), 0);
+}
+
+// Opens a loopback connection with a tiny receive window (so that the server's writes stall once
+// the kernel buffers are full) and sends `body` as a POST to /v1/completions without reading.
+int SendWithoutReading(int port, const std::string& body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  const int small = 1024;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Waits (bounded, not a timed assertion) until `pred` holds.
+bool Eventually(const std::function<bool()>& pred) {
+  for (int i = 0; i < 2000; ++i) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred();
+}
+
+// A slow reader whose generation has already ended keeps its in-flight slot until its bytes have
+// drained: the slot bounds what the gateway holds for clients, not just what routers compute.
+TEST_F(HttpServerTest, ASlowClientHoldsItsInFlightSlotUntilItsBytesDrain) {
+  GatewayOptions options;
+  options.limits.max_in_flight = 1;
+  options.limits.retry_after_s = 3;
+  options.http.max_pending_write_bytes = 64 << 20;  // the whole stream fits: no cut
+  options.http.write_timeout = absl::Seconds(60);
+  model_len_ = 40000;
+  Start(FakeBackendOptions{}, options);
+  const int fd = SendWithoutReading(
+      port_, R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})");
+  ASSERT_GE(fd, 0);
+  // The generation ends (every byte is queued in the gateway or the kernel)...
+  ASSERT_TRUE(Eventually([&] { return backend_->num_started() == 1; }));
+  ASSERT_TRUE(backend_->WaitForIdle(absl::Seconds(30)));
+  EXPECT_EQ(backend_->num_cancelled(), 0);
+  // ...but the client has not read it: the slot is still taken.
+  EXPECT_EQ(gateway_->metrics().requests_running.Value(), 1);
+  auto refused = HttpCall(port_, "POST", "/v1/completions",
+                          R"({"model":"tiny","prompt":"abc","max_tokens":2})");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(refused->headers["retry-after"], "3");
+  // The client reads everything: the whole stream arrives, then the slot is free.
+  std::string got;
+  char buf[1 << 16];
+  while (!absl::EndsWith(got, "0\r\n\r\n")) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, n);
+  }
+  EXPECT_TRUE(absl::EndsWith(got, "data: [DONE]\n\n\r\n0\r\n\r\n")) << got.size() << " bytes";
+  EXPECT_GT(got.size(), 4u << 20);  // more than the kernel buffers: the gateway held the rest
+  EXPECT_TRUE(Eventually([&] { return gateway_->metrics().requests_running.Value() == 0; }));
+  auto served = HttpCall(port_, "POST", "/v1/completions",
+                         R"({"model":"tiny","prompt":"abc","max_tokens":2})");
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200);
+  ::close(fd);
+  EXPECT_EQ(gateway_->metrics().slow_clients_closed_total.Value(), 0);
+}
+
+// A slow reader that is cut (past max_pending_write_bytes) frees its slot at once.
+TEST_F(HttpServerTest, ASlowClientThatIsCutFreesItsSlot) {
+  GatewayOptions options;
+  options.limits.max_in_flight = 1;
+  options.http.max_pending_write_bytes = 4096;
+  options.http.write_timeout = absl::Seconds(60);
+  model_len_ = 40000;
+  Start(FakeBackendOptions{}, options);
+  const int fd = SendWithoutReading(
+      port_, R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})");
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(30)));
+  EXPECT_TRUE(Eventually([&] { return gateway_->metrics().requests_running.Value() == 0; }));
+  EXPECT_EQ(gateway_->metrics().slow_clients_closed_total.Value(), 1);
+  auto served = HttpCall(port_, "POST", "/v1/completions",
+                         R"({"model":"tiny","prompt":"abc","max_tokens":2})");
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200);
+  ::close(fd);
+}
+
+// Past http.max_connections a new connection is answered 503 + Retry-After (not just closed).
+TEST_F(HttpServerTest, PastMaxConnectionsANewConnectionGets503WithRetryAfter) {
+  GatewayOptions options;
+  options.http.max_connections = 2;
+  options.http.retry_after_s = 7;
+  Start(FakeBackendOptions{}, options);
+  auto a = std::make_unique<HttpTestClient>(port_);
+  auto b = std::make_unique<HttpTestClient>(port_);
+  ASSERT_TRUE(a->connected() && b->connected());
+  ASSERT_TRUE(Eventually([&] { return server_->open_connections() == 2; }));
+  auto refused = HttpCall(port_, "GET", "/healthz");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(refused->headers["retry-after"], "7");
+  EXPECT_THAT(refused->body, HasSubstr("\"code\":\"overloaded\""));
+  EXPECT_EQ(gateway_->metrics().rejected_total.Add({{"reason", "connections"}}).Value(), 1);
+  a.reset();
+  ASSERT_TRUE(Eventually([&] { return server_->open_connections() == 1; }));
+  auto served = HttpCall(port_, "GET", "/healthz");
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200);
+}
+
+// A flood at 10x capacity: every refusal is 503 (capacity) or 429 (the client's rate) with
+// Retry-After, never more than max_in_flight generations run, the admitted ones complete with
+// their tokens once the backend moves, and the gateway serves normally after the flood.
+TEST_F(HttpServerTest, AFloodAtTenTimesCapacityIsRefusedWithRetryAfterAndRecovers) {
+  constexpr int kCapacity = 4;
+  constexpr int kFlood = 10 * kCapacity;
+  const std::string body = R"({"model":"tiny","prompt":"abc","max_tokens":6})";
+  FakeBackendOptions fb;
+  fb.hold_after_tokens = 2;  // admitted generations wait until Release()
+  GatewayOptions options;
+  options.limits.max_in_flight = kCapacity;
+  options.limits.retry_after_s = 2;
+  Start(fb, options);
+  std::vector<std::unique_ptr<HttpTestClient>> clients;
+  for (int i = 0; i < kFlood; ++i) {
+    clients.push_back(std::make_unique<HttpTestClient>(port_));
+    ASSERT_TRUE(clients.back()->connected());
+    ASSERT_TRUE(clients.back()->Send("POST", "/v1/completions", body));
+    if (i + 1 == kCapacity) {
+      ASSERT_TRUE(backend_->WaitForHeld(kCapacity, absl::Seconds(10)));
+    }
+  }
+  int ok = 0, refused = 0;
+  for (int i = kCapacity; i < kFlood; ++i) {
+    auto r = clients[i]->Read();
+    ASSERT_TRUE(r) << i;
+    EXPECT_EQ(r->status, 503) << i;
+    EXPECT_EQ(r->headers["retry-after"], "2") << i;
+    refused += r->status == 503;
+  }
+  EXPECT_EQ(backend_->num_started(), kCapacity);
+  EXPECT_EQ(gateway_->metrics().requests_running.Value(), kCapacity);
+  backend_->Release();
+  std::vector<std::string> texts;
+  for (int i = 0; i < kCapacity; ++i) {
+    auto r = clients[i]->Read();
+    ASSERT_TRUE(r) << i;
+    EXPECT_EQ(r->status, 200) << i;
+    texts.push_back(Json::parse(r->body)["choices"][0]["text"]);
+    ok += r->status == 200;
+  }
+  EXPECT_EQ(ok, kCapacity);
+  EXPECT_EQ(refused, kFlood - kCapacity);
+  EXPECT_EQ(gateway_->metrics().rejected_total.Add({{"reason", "overloaded"}}).Value(),
+            kFlood - kCapacity);
+  // After the flood: served at once.
+  ASSERT_TRUE(Eventually([&] { return gateway_->metrics().requests_running.Value() == 0; }));
+  auto after = HttpCall(port_, "POST", "/v1/completions", body);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200);
+  // The admitted ones got what an unloaded request gets.
+  const std::string want_text = Json::parse(after->body)["choices"][0]["text"];
+  EXPECT_FALSE(want_text.empty());
+  for (const std::string& t : texts) EXPECT_EQ(t, want_text);
+}
+
+// Per-client rate limits refuse with 429 + Retry-After (not 503), and the bucket refills.
+TEST_F(HttpServerTest, RateLimitedRequestsGet429WithRetryAfter) {
+  GatewayOptions options;
+  options.limits.rate_limit_rps = 0.001;  // no refill within the test
+  options.limits.rate_limit_burst = 2;
+  Start(FakeBackendOptions{}, options);
+  const std::string body = R"({"model":"tiny","prompt":"abc","max_tokens":2})";
+  int ok = 0, limited = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto r = HttpCall(port_, "POST", "/v1/completions", body);
+    ASSERT_TRUE(r);
+    if (r->status == 200) {
+      ++ok;
+    } else {
+      EXPECT_EQ(r->status, 429);
+      EXPECT_FALSE(r->headers["retry-after"].empty());
+      EXPECT_GE(std::stoi(r->headers["retry-after"]), 1);
+      ++limited;
+    }
+  }
+  EXPECT_EQ(ok, 2);
+  EXPECT_EQ(limited, 18);
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ absl::Status Run(int argc, char** argv) {
                                      gateway::GatewayVoiceDeps{**asr, **tts, timers});
   if (!gw.ok()) return gw.status();
   gateway::Gateway* core = gw->get();
+  options->http.retry_after_s = options->limits.retry_after_s;
   auto server = gateway::HttpServer::Start(
       options->http,
       [core](gateway::HttpRequest request, std::shared_ptr<gateway::ResponseWriter> writer) {

@@ -258,7 +258,8 @@ void CompletionSession::EndLocked(FinishReason reason) {
   if (on_done_) {
     std::function<void()> done = std::move(on_done_);
     on_done_ = nullptr;
-    done();
+    // The slot is held until the client has the bytes (or is cut), not just until generation ends.
+    writer_->WhenFlushed(std::move(done));
   }
 }
 

@@ -19,7 +19,8 @@ struct HttpOptions {
   std::string host = "0.0.0.0";
   int32_t port = 8000;  // 0 picks a free port (printed in the "listening" line)
   int32_t io_threads = 2;
-  int32_t max_connections = 4096;    // past this, new connections are closed at once
+  // Past this, a new connection gets 503 + Retry-After (its request unread) and is closed.
+  int32_t max_connections = 4096;
   int64_t max_body_bytes = 1 << 20;  // larger bodies: 413
   // multipart/form-data bodies (audio uploads): OpenAI's 25 MB file limit plus the form.
   int64_t max_upload_bytes = 26 << 20;
@@ -34,6 +35,9 @@ struct HttpOptions {
   // cancelled (the in-flight slot and the router's stream are freed).
   int64_t max_pending_write_bytes = 4 << 20;
   absl::Duration write_timeout = absl::Seconds(30);
+  // Retry-After of the 503 past max_connections: not a config key, the gateway copies
+  // limits.retry_after_s here (GatewayOptions::Validate's caller, main.cc).
+  int32_t retry_after_s = 1;
 
   static void Describe(common::config::Schema<HttpOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }

@@ -55,6 +55,10 @@ class ResponseWriter {
   virtual void StartStream(int status, HttpHeaders headers) = 0;
   virtual void Write(std::string data) = 0;
   virtual void End() = 0;
+  // Runs `fn` once (any thread) when the response's bytes have all left for the socket, or when
+  // the connection is gone: a client that reads slowly holds what `fn` releases (the in-flight
+  // slot) until then. Call it after Send() or End(). The default runs it at once.
+  virtual void WhenFlushed(std::function<void()> fn) { fn(); }
 };
 
 // Returned by the core for a request still in progress: the server calls it (once, any thread)

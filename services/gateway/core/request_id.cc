@@ -52,6 +52,8 @@ class RequestIdWriter final : public ResponseWriter {
     Log(failed_ ? 500 : status_);
     inner_->End();
   }
+  // Forwarded: the slot a session holds is released when the socket's bytes drain.
+  void WhenFlushed(std::function<void()> fn) override { inner_->WhenFlushed(std::move(fn)); }
 
  private:
   void Log(int status) const {
