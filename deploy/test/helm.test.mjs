@@ -360,7 +360,7 @@ for (const name of ['mtls', 'mtls-every-role', 'mtls-sidecars']) {
           const volume = spec.volumes.find((v) => v.name === mount.name);
           assert.equal(volume.secret?.secretName, secretOf[role], `${owner} ${c.name}: ${file} from ${role}'s Secret`);
           assert.ok(volume.secret.items.some((i) => i.path === file.slice(mount.mountPath.length + 1)), `${owner}: ${file} projected`);
-          assert.ok((volume.secret.defaultMode & 0o007) === 0, `${owner}: key not world-readable`);
+          assert.equal(volume.secret.defaultMode, 0o440, `${owner}: key readable by the pod's group (fsGroup) only`);
         }
         containers++;
       }

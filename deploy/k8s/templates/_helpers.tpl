@@ -350,7 +350,7 @@ livenessProbe:
 - name: {{ .name | default "tls" }}
   secret:
     secretName: {{ include "moe.mtls.secretName" . }}
-    defaultMode: 0440
+    defaultMode: 288  # 0440: owner root, group the pod's fsGroup; nobody else
     items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}, {key: ca.crt, path: ca.crt}]
 {{- end }}
 {{- end -}}
