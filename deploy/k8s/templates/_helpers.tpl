@@ -276,10 +276,7 @@ livenessProbe:
 
 {{/* ---- mTLS (security.mtls): one certificate per role, mounted at /etc/moe-tls. ---- */}}
 
-{{/* The roles holding a certificate, and the callers of each gRPC server (SECURITY.md's table). */}}
-{{- define "moe.mtls.roles" -}}
-{{- toJson (list "gateway" "router" "expert-worker" "kv-store" "asr" "tts" "admin") -}}
-{{- end -}}
+{{/* The roles that call each gRPC server (SECURITY.md's table): grpc.auth grants exactly these. */}}
 {{- define "moe.mtls.callers" -}}
 {{- toJson (dict "router" (list "gateway" "admin") "expert-worker" (list "router" "admin") "kv-store" (list "router" "admin") "asr" (list "gateway") "tts" (list "gateway")) -}}
 {{- end -}}
