@@ -69,7 +69,7 @@ export function metricNames(expr) {
 }
 
 // Polls fn until it returns a truthy value (thrown errors count as not yet).
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export async function until(what, fn, timeoutMs = 60000) {
   const end = Date.now() + timeoutMs;
   for (;;) {

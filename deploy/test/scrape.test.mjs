@@ -19,7 +19,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import YAML from 'yaml';
-import { binDir, deploy, metricNames, render, startService, until } from './common.mjs';
+import { binDir, deploy, metricNames, render, sleep, startService, until } from './common.mjs';
 
 const work = mkdtempSync(path.join(tmpdir(), 'moe-scrape-'));
 const procs = [];
