@@ -50,6 +50,7 @@ config = {"type": "object", "description": "extra service config merged over the
 voice = lambda name, target: obj({"enabled": b, "replicas": i(0, 1024), "resources": resources, "config": config,
     "terminationGracePeriodSeconds": grace, "pdb": pdb, "autoscaling": hpa(target), **placing},
     required=["enabled", "replicas"], desc=name + " (not built yet: disabled by default)")
+ROLES = ["gateway", "router", "expert-worker", "kv-store", "asr", "tts", "admin"]
 schema = {
   "$schema": "http://json-schema.org/draft-07/schema#",
   "title": "moe-cluster chart values",
@@ -110,6 +111,16 @@ schema = {
                    required=["enabled"], desc="kv-store: the shared L2 (memory) and L3 (disk) KV tiers"),
     "asr": voice("asr", {"targetRealtimeFactor": n(exclusiveMinimum=0)}),
     "tts": voice("tts", {"targetFirstChunkP99Seconds": n(exclusiveMinimum=0)}),
+    "security": obj({"mtls": obj({
+        "enabled": b,
+        "trustDomain": s("SPIFFE trust domain of the role identities", pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+        "certManager": {"type": "boolean", "description": "true: cert-manager Certificates per role; false: bring your own Secrets"},
+        "issuerRef": obj({"name": s(maxLength=253), "kind": s(enum=["Issuer", "ClusterIssuer"]), "group": s(minLength=1)}),
+        "duration": s(pattern="^[0-9]+(m|h)$"), "renewBefore": s(pattern="^[0-9]+(m|h)$"),
+        "reloadInterval": s(pattern="^[0-9]+(ms|s|m|h)$"),
+        "secrets": obj({r: s(maxLength=253) for r in ROLES}, desc="Secret of each role (tls.crt, tls.key, ca.crt); empty = <fullname>-tls-<role>"),
+        "adminIdentities": {"type": "array", "items": s(minLength=1), "description": "more certificate SANs holding the admin role"},
+      }, required=["enabled"], desc="mTLS and per-role auth of every gRPC call (SECURITY.md)")}),
     "networkPolicy": obj({"enabled": b, "metricsFrom": peers, "controlPlaneFrom": peers}),
     "monitoring": obj({
         "podAnnotations": b,

@@ -1,8 +1,9 @@
 // Shared helpers of the deploy tests: paths, the two pinned Helm binaries, YAML.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 
@@ -65,4 +66,35 @@ export function metricNames(expr) {
     names.add(w);
   }
   return names;
+}
+
+// Polls fn until it returns a truthy value (thrown errors count as not yet).
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export async function until(what, fn, timeoutMs = 60000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    try { const v = await fn(); if (v) return v; } catch { /* not yet */ }
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(250);
+  }
+}
+
+// Starts a service binary of binDir (pushed onto procs), resolves with it once it prints its
+// listening line (p.ports); its stderr is kept in p.log.
+export function startService(procs, name, binary, args) {
+  const p = spawn(path.join(binDir, binary), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  p.name = name;
+  p.log = '';
+  p.stderr.on('data', (d) => { p.log += d; });
+  procs.push(p);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name}: no listening line\n${p.log}`)), 60000);
+    p.on('exit', (code) => reject(new Error(`${name} exited (${code}):\n${p.log}`)));
+    readline.createInterface({ input: p.stdout }).on('line', (line) => {
+      try {
+        const j = JSON.parse(line);
+        if (j.event === 'listening') { clearTimeout(timer); p.ports = j; resolve(p); }
+      } catch { /* other output */ }
+    });
+  });
 }

@@ -15,11 +15,13 @@ import YAML from 'yaml';
 import { HELMS, binDir, chart, deploy, helm, parseAll, readYaml, render } from './common.mjs';
 import { validateObject, KUBERNETES_SCHEMA_VERSION } from './k8s_schema.mjs';
 import { validateCustomResource } from './crd_schema.mjs';
+import { isCertManager, validateCertManager } from './cert_manager_schema.mjs';
 
 const f = (name) => ['-f', path.join(chart, name)];
 const EVERYTHING = [...f('values-gpu.yaml'), '--set', 'kvStore.enabled=true', '--set', 'asr.enabled=true',
   '--set', 'tts.enabled=true', '--set', 'asr.autoscaling.enabled=true', '--set', 'tts.autoscaling.enabled=true',
   '--set', 'monitoring.serviceMonitor.enabled=true', '--set', 'monitoring.rulesConfigMap.enabled=true'];
+const MTLS = ['--set', 'security.mtls.enabled=true'];
 const SCENARIOS = {
   default: [],
   cpu: f('values-cpu.yaml'),
@@ -28,7 +30,13 @@ const SCENARIOS = {
   'gpu-every-role': EVERYTHING,
   'no-experts': ['--set-json', 'expertPools=[]'],
   operator: ['--set', 'operator.enabled=true'],
+  // security.mtls: every service's grpc.tls + grpc.auth, every client's channel, a certificate per role
+  mtls: MTLS,
+  'mtls-every-role': [...EVERYTHING, ...MTLS],
+  'mtls-sidecars': [...f('values-cpu.yaml'), '--set', 'routers.sidecarExperts=true', ...MTLS],
+  'mtls-operator': ['--set', 'operator.enabled=true', ...MTLS],
 };
+const isMtls = (name) => name.startsWith('mtls');
 const LINTED = { default: [], cpu: f('values-cpu.yaml'), gpu: f('values-gpu.yaml') };
 
 const crds = ['moecluster.yaml', 'expertpool.yaml', 'routercalibration.yaml']
@@ -56,7 +64,8 @@ for (const h of Object.keys(HELMS)) {
       assert.ok(objs.length > 0);
       for (const o of objs) {
         const crd = crds.find((c) => c.spec.group === o.apiVersion.split('/')[0] && c.spec.names.kind === o.kind);
-        const errors = crd ? validateCustomResource(crd, structuredClone(o)) : validateObject(o);
+        const errors = crd ? validateCustomResource(crd, structuredClone(o))
+          : isCertManager(o) ? validateCertManager(o) : validateObject(o);
         assert.deepEqual(errors, [], `${name}: ${o.kind} ${o.metadata?.name}`);
         validated++;
       }
@@ -101,7 +110,12 @@ test('every pod: non-root, read-only root, no escalation, no capabilities, secco
       for (const c of spec.containers) {
         for (const p of ['startupProbe', 'readinessProbe', 'livenessProbe']) assert.ok(c[p], `${at} ${c.name}: ${p}`);
         if (c.name !== 'gateway' && c.name !== 'operator') {
-          assert.ok(c.readinessProbe.grpc && c.livenessProbe.grpc && c.startupProbe.grpc, `${at} ${c.name}: gRPC health probes`);
+          const metrics = c.ports.find((p) => p.name.startsWith('metrics')).containerPort;
+          for (const p of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+            // the kubelet's gRPC probes speak no TLS: under mTLS, /healthz on the metrics port
+            if (isMtls(name)) assert.deepEqual(c[p].httpGet, { path: '/healthz', port: metrics }, `${at} ${c.name}: ${p}`);
+            else assert.ok(c[p].grpc, `${at} ${c.name}: gRPC health ${p}`);
+          }
         }
       }
       for (const v of spec.volumes) {
@@ -127,6 +141,15 @@ test('NetworkPolicies: only the gateway is open; each service only to its caller
   assert.deepEqual(callers('tts'), ['gateway']);
   for (const role of ['router', 'expert-worker', 'kv-store', 'asr', 'tts']) {
     for (const rule of byRole[role].spec.ingress) assert.ok(rule.from?.length, `${role}: no rule open to everyone`);
+  }
+  // SECURITY.md's table: admin (moe admin, the operator: networkPolicy.controlPlaneFrom) calls
+  // routers (GetStats, SetPlacement) and workers (LoadExperts, UnloadExperts), nothing else.
+  const control = (role) => byRole[role].spec.ingress[0].from.some((p) => p.podSelector?.matchLabels?.['moe-cluster.io/control-plane']);
+  assert.deepEqual(['router', 'expert-worker', 'kv-store', 'asr', 'tts'].filter(control), ['router', 'expert-worker']);
+  // the gRPC rule opens the gRPC port only; the metrics rule the metrics port(s) only
+  for (const role of ['router', 'expert-worker', 'kv-store', 'asr', 'tts']) {
+    assert.deepEqual(byRole[role].spec.ingress[0].ports, [{ port: 'grpc', protocol: 'TCP' }], role);
+    assert.deepEqual(byRole[role].spec.ingress[1].ports, [{ port: 'metrics', protocol: 'TCP' }], role);
   }
 });
 
@@ -238,6 +261,155 @@ test('the dashboard ConfigMap carries the Grafana sidecar label', () => {
   assert.equal(every.length, 2, 'kv-store/voice dashboard once those roles are enabled');
 });
 
+// ---- security.mtls ----
+const configMap = (objs) => objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
+const configsOf = (objs) => Object.fromEntries(Object.entries(configMap(objs)?.data ?? {})
+  .filter(([k]) => k !== 'placement.yaml').map(([k, v]) => [k, YAML.parse(v)]));
+// SECURITY.md's table: the roles that call each gRPC server.
+const CALLERS = { router: ['admin', 'gateway'], 'expert-worker': ['admin', 'router'], 'kv-store': ['admin', 'router'],
+  asr: ['gateway'], tts: ['gateway'] };
+const roleOfConfig = (key) => key.replace(/\.yaml$/, '').replace(/^expert-worker-.*/, 'expert-worker');
+const hostOf = (target) => target.replace(/:\d+$/, '');
+// A DNS SAN matches a name exactly, or as a wildcard for its first label only (RFC 6125).
+const sanMatches = (san, name) => san === name || (san.startsWith('*.') && name.slice(name.indexOf('.') + 1) === san.slice(2) && !name.slice(0, name.indexOf('.')).includes('*'));
+// The files of a client channel or a server's grpc.tls.
+const tlsFiles = (tls) => [tls.ca_file, tls.cert_file, tls.key_file, tls.client_ca_file].filter(Boolean);
+
+test('security.mtls off: no TLS, auth, channel, certificate or mount anywhere (the default renders as before)', () => {
+  for (const name of Object.keys(SCENARIOS).filter((n) => !isMtls(n))) {
+    const objs = rendered[name].helm3;
+    assert.ok(!objs.some(isCertManager), name);
+    for (const [key, cfg] of Object.entries(configsOf(objs))) {
+      assert.equal(cfg.grpc?.tls, undefined, `${name} ${key}`);
+      assert.equal(cfg.grpc?.auth, undefined, `${name} ${key}`);
+      for (const c of [cfg.routing, cfg.voice, cfg.experts, cfg.kv_store]) assert.equal(c?.channel, undefined, `${name} ${key}`);
+    }
+    for (const { spec } of podTemplates(objs)) {
+      assert.ok(!spec.volumes.some((v) => v.secret?.secretName?.includes('-tls-')), name);
+      assert.ok(!spec.containers.some((c) => c.args.some((a) => String(a).startsWith('channel.'))), name);
+    }
+  }
+  // the other security.mtls values do nothing while it is off
+  const quiet = render('helm3', ['--set', 'security.mtls.trustDomain=example.org', '--set', 'security.mtls.certManager=false',
+    '--set', 'security.mtls.secrets.router=mine', '--set-json', 'security.mtls.adminIdentities=["spiffe://x/admin"]']);
+  assert.deepEqual(quiet, rendered.default.helm3);
+});
+
+for (const name of ['mtls', 'mtls-every-role', 'mtls-sidecars']) {
+  test(`security.mtls (${name}): every server has tls + auth with its callers' identities, every client its certificate`, () => {
+    const objs = rendered[name].helm3;
+    const certs = Object.fromEntries(objs.filter((o) => o.kind === 'Certificate' && !o.spec.isCA)
+      .map((c) => [c.spec.commonName, c]));
+    const identity = (role) => {
+      assert.ok(certs[role], `${name}: a Certificate for ${role}`);
+      assert.equal(certs[role].spec.uris.length, 1);
+      assert.match(certs[role].spec.uris[0], new RegExp(`^spiffe://cluster\\.local/ns/moe/moe-moe-cluster/${role}$`));
+      return certs[role].spec.uris[0];
+    };
+    const configs = configsOf(objs);
+    const servers = Object.keys(configs).filter((k) => k !== 'gateway.yaml');
+    assert.ok(servers.length >= 4, servers.join());
+    for (const key of servers) {
+      const role = roleOfConfig(key);
+      const { tls, auth } = configs[key].grpc;
+      assert.deepEqual(tls, { cert_file: '/etc/moe-tls/tls.crt', key_file: '/etc/moe-tls/tls.key',
+        client_ca_file: '/etc/moe-tls/ca.crt', require_client_cert: true, reload_interval: '60s' }, `${name} ${key}`);
+      assert.equal(auth.enabled, true, key);
+      const granted = ['gateway', 'router', 'admin'].filter((r) => auth[r]);
+      assert.deepEqual(granted.sort(), CALLERS[role], `${name} ${key}: roles`);
+      for (const r of granted) assert.deepEqual(auth[r].identities, [identity(r)], `${name} ${key}: ${r}`);
+    }
+    // clients: role -> [channel, targets it dials, the role it dials]
+    const gw = configs['gateway.yaml'];
+    const router = configs['router.yaml'];
+    const dials = [[gw.routing.channel, gw.routing.routers, 'router']];
+    if (gw.voice) for (const v of ['asr', 'tts']) if (gw.voice[v]) dials.push([gw.voice.channel, gw.voice[v], v]);
+    if (router.experts) dials.push([router.experts.channel, router.experts.workers, 'expert-worker']);
+    if (router.kv_store) dials.push([router.kv_store.channel, router.kv_store.targets, 'kv-store']);
+    assert.ok(dials.length >= 3);
+    for (const [channel, targets, callee] of dials) {
+      assert.deepEqual(channel.tls.enabled && tlsFiles(channel.tls).sort(),
+        ['/etc/moe-tls/ca.crt', '/etc/moe-tls/tls.crt', '/etc/moe-tls/tls.key'], `${name} -> ${callee}`);
+      // server name verification: the name each client verifies is one of the callee's DNS SANs
+      for (const t of targets) {
+        const verified = channel.tls.server_name_override || hostOf(t);
+        assert.ok((certs[callee].spec.dnsNames ?? []).some((san) => sanMatches(san, verified)),
+          `${name}: ${callee}'s certificate lacks ${verified} (SANs ${certs[callee].spec.dnsNames})`);
+      }
+    }
+    if (name === 'mtls-sidecars') assert.equal(router.experts.channel.tls.server_name_override, 'localhost');
+  });
+
+  test(`security.mtls (${name}): every TLS file a container's config names is in a mounted Secret of its role`, () => {
+    const objs = rendered[name].helm3;
+    const configs = configsOf(objs);
+    const secretOf = Object.fromEntries(objs.filter((o) => o.kind === 'Certificate' && !o.spec.isCA)
+      .map((c) => [c.spec.commonName, c.spec.secretName]));
+    let containers = 0;
+    for (const { owner, spec } of podTemplates(objs)) {
+      for (const c of spec.containers) {
+        const key = c.args[c.args.indexOf('--config') + 1].replace('/etc/moe/', '');
+        const cfg = configs[key];
+        const role = roleOfConfig(key);
+        const files = [cfg.grpc?.tls, cfg.routing?.channel?.tls, cfg.voice?.channel?.tls, cfg.experts?.channel?.tls,
+          cfg.kv_store?.channel?.tls].filter(Boolean).flatMap(tlsFiles);
+        assert.ok(files.length >= 3, `${owner} ${c.name}: TLS files`);
+        for (const file of files) {
+          const mount = c.volumeMounts.find((m) => file.startsWith(`${m.mountPath}/`));
+          assert.ok(mount && !mount.subPath, `${owner} ${c.name}: ${file} is mounted (no subPath: rotation)`);
+          const volume = spec.volumes.find((v) => v.name === mount.name);
+          assert.equal(volume.secret?.secretName, secretOf[role], `${owner} ${c.name}: ${file} from ${role}'s Secret`);
+          assert.ok(volume.secret.items.some((i) => i.path === file.slice(mount.mountPath.length + 1)), `${owner}: ${file} projected`);
+          assert.equal(volume.secret.defaultMode, 0o440, `${owner}: key readable by the pod's group (fsGroup) only`);
+        }
+        containers++;
+      }
+    }
+    assert.ok(containers >= 4, `${containers} containers`);
+  });
+}
+
+test('security.mtls: the chart-made CA chain signs every role; a given issuer replaces it; own Secrets replace the Certificates', () => {
+  const objs = rendered['mtls-every-role'].helm3;
+  const issuers = objs.filter((o) => o.kind === 'Issuer');
+  assert.deepEqual(issuers.map((i) => Object.keys(i.spec)[0]).sort(), ['ca', 'selfSigned']);
+  const ca = objs.find((o) => o.kind === 'Certificate' && o.spec.isCA);
+  assert.equal(ca.spec.issuerRef.name, issuers.find((i) => i.spec.selfSigned).metadata.name);
+  assert.equal(issuers.find((i) => i.spec.ca).spec.ca.secretName, ca.spec.secretName);
+  const roles = objs.filter((o) => o.kind === 'Certificate' && !o.spec.isCA);
+  assert.deepEqual(roles.map((c) => c.spec.commonName).sort(), ['admin', 'asr', 'expert-worker', 'gateway', 'kv-store', 'router', 'tts']);
+  for (const c of roles) {
+    assert.equal(c.spec.issuerRef.name, issuers.find((i) => i.spec.ca).metadata.name, c.metadata.name);
+    assert.ok(c.spec.usages.includes('server auth') && c.spec.usages.includes('client auth'), c.metadata.name);
+  }
+  // a ClusterIssuer of the cluster's
+  const own = render('helm3', [...MTLS, '--set', 'security.mtls.issuerRef.name=corp', '--set', 'security.mtls.issuerRef.kind=ClusterIssuer']);
+  assert.equal(own.filter((o) => o.kind === 'Issuer').length, 0);
+  for (const c of own.filter((o) => o.kind === 'Certificate')) assert.deepEqual(c.spec.issuerRef, { name: 'corp', kind: 'ClusterIssuer', group: 'cert-manager.io' });
+  // bring your own Secrets: no cert-manager object, the named Secrets mounted
+  const byo = render('helm3', [...MTLS, '--set', 'security.mtls.certManager=false', '--set', 'security.mtls.secrets.router=my-router-tls',
+    '--set-json', 'security.mtls.adminIdentities=["spiffe://corp/alice"]']);
+  assert.ok(!byo.some(isCertManager));
+  const routerPod = podTemplates(byo).find((p) => p.owner.endsWith('-router'));
+  assert.equal(routerPod.spec.volumes.find((v) => v.name === 'tls').secret.secretName, 'my-router-tls');
+  const gwPod = podTemplates(byo).find((p) => p.owner.endsWith('-gateway'));
+  assert.equal(gwPod.spec.volumes.find((v) => v.name === 'tls').secret.secretName, 'moe-moe-cluster-tls-gateway');
+  assert.deepEqual(YAML.parse(configMap(byo).data['router.yaml']).grpc.auth.admin.identities,
+    ['spiffe://cluster.local/ns/moe/moe-moe-cluster/admin', 'spiffe://corp/alice']);
+});
+
+test('security.mtls with the operator: it dials as admin with the admin certificate', () => {
+  const objs = rendered['mtls-operator'].helm3;
+  assert.deepEqual(objs.filter((o) => o.kind === 'Certificate' && !o.spec.isCA).map((c) => c.spec.commonName), ['admin']);
+  const [op] = podTemplates(objs);
+  const c = op.spec.containers[0];
+  const flags = c.args.filter((a) => a.startsWith('channel.'));
+  assert.deepEqual(flags.sort(), ['channel.tls.ca_file=/etc/moe-tls/ca.crt', 'channel.tls.cert_file=/etc/moe-tls/tls.crt',
+    'channel.tls.enabled=true', 'channel.tls.key_file=/etc/moe-tls/tls.key', 'channel.tls.reload_interval=60s']);
+  const mount = c.volumeMounts.find((m) => m.mountPath === '/etc/moe-tls');
+  assert.equal(op.spec.volumes.find((v) => v.name === mount.name).secret.secretName, 'moe-moe-cluster-tls-admin');
+});
+
 // Wrong values fail at install time (values.schema.json, or the chart's own checks).
 const WRONG = [
   [['--set', 'gateway.replicass=2'], /replicass/],
@@ -269,7 +441,7 @@ test('every rendered service config is accepted by its binary (--print_config)',
   if (!existsSync(path.join(binDir, 'router'))) return t.skip(`${binDir} has no binaries`);
   const dir = mkdtempSync(path.join(tmpdir(), 'moe-cfg-'));
   let checked = 0;
-  for (const name of ['default', 'cpu', 'gpu', 'cpu-sidecars', 'gpu-every-role']) {
+  for (const name of ['default', 'cpu', 'gpu', 'cpu-sidecars', 'gpu-every-role', 'mtls-every-role', 'mtls-sidecars']) {
     const cm = rendered[name].helm3.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
     for (const [key, text] of Object.entries(cm.data)) {
       const binary = key === 'placement.yaml' ? null : key.replace(/\.yaml$/, '').replace(/^expert-worker-.*/, 'expert-worker');
@@ -281,6 +453,15 @@ test('every rendered service config is accepted by its binary (--print_config)',
       assert.equal(r.status, 0, `${name} ${key}: ${r.stderr}`);
       checked++;
     }
+  }
+  // the operator's channel flags (mTLS: it calls routers and workers as admin)
+  const op = podTemplates(rendered['mtls-operator'].helm3).find((p) => p.spec.containers[0].name === 'operator');
+  if (existsSync(path.join(binDir, 'operator'))) {
+    const args = op.spec.containers[0].args.slice(1).map((a) => a.replace(/\$\(\w+\)/g, 'x'));
+    const r = spawnSync(path.join(binDir, 'operator'), [...args, '--print_config'], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /ca_file: \/etc\/moe-tls\/ca\.crt/);
+    checked++;
   }
   rmSync(dir, { recursive: true, force: true });
   assert.ok(checked >= 12, `${checked} configs checked`);

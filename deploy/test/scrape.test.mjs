@@ -18,9 +18,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 import YAML from 'yaml';
-import { binDir, deploy, metricNames, render } from './common.mjs';
+import { binDir, deploy, metricNames, render, sleep, startService, until } from './common.mjs';
 
 const work = mkdtempSync(path.join(tmpdir(), 'moe-scrape-'));
 const procs = [];
@@ -29,39 +28,13 @@ after(() => {
   rmSync(work, { recursive: true, force: true });
 });
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function until(what, fn, timeoutMs = 60000) {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    try { const v = await fn(); if (v) return v; } catch { /* not yet */ }
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(250);
-  }
-}
 function freePort() {
   return new Promise((resolve) => {
     const s = createServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
   });
 }
 
-// Starts a service, resolves with its listening line; its stderr is kept in p.log.
-function start(name, binary, args) {
-  const p = spawn(path.join(binDir, binary), args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  p.name = name;
-  p.log = '';
-  p.stderr.on('data', (d) => { p.log += d; });
-  procs.push(p);
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name}: no listening line\n${p.log}`)), 60000);
-    p.on('exit', (code) => reject(new Error(`${name} exited (${code}):\n${p.log}`)));
-    readline.createInterface({ input: p.stdout }).on('line', (line) => {
-      try {
-        const j = JSON.parse(line);
-        if (j.event === 'listening') { clearTimeout(timer); p.ports = j; resolve(p); }
-      } catch { /* other output */ }
-    });
-  });
-}
+const start = (name, binary, args) => startService(procs, name, binary, args);
 
 const have = ['router', 'gateway', 'expert-worker', 'kv-store', 'asr', 'tts', 'moe'].every((b) => existsSync(path.join(binDir, b)));
 const skip = have ? false : `${binDir} lacks the service binaries`;

@@ -92,7 +92,7 @@ absl::Status Run(int argc, char** argv) {
   } else {
     prometheus = std::make_unique<op::PrometheusClient>(o.prometheus);
   }
-  op::GrpcTransportFactory transports;
+  op::GrpcTransportFactory transports(o.channel);
   op::ControllerOptions co;
   co.ns = ns;
   co.identity = identity;

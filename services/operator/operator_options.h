@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/config/schema.h"
+#include "common/grpc/options.h"
 #include "common/metrics/metrics_server.h"
 
 namespace moe::op {
@@ -39,6 +40,9 @@ struct OperatorOptions {
   absl::Duration pool_interval = absl::Seconds(5);
   absl::Duration stats_window = absl::Seconds(60);
   absl::Duration rpc_timeout = absl::Seconds(60);
+  // Channels to routers and workers, which the operator calls as role admin (SECURITY.md):
+  // channel.tls (CA, client certificate and key) under mTLS, or channel.token_file.
+  common::rpc::ChannelOptions channel;
   int workers = 2;
   // The expert-pool autoscaler's damping (core/autoscaler.h).
   double scale_tolerance = 0.1;
@@ -79,6 +83,7 @@ struct OperatorOptions {
         .Range(absl::Seconds(1), absl::Hours(1));
     s.Add("rpc_timeout", &O::rpc_timeout, "deadline of router/worker RPCs (covers a drain)")
         .Range(absl::Seconds(1), absl::Minutes(30));
+    s.Section("channel", &O::channel);
     s.Add("workers", &O::workers, "clusters reconciled at once").Range(1, 64);
     s.Add("scale_tolerance", &O::scale_tolerance, "no change within this of the target")
         .Range(0.0, 0.9);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/grpc/server_runner.h"
+#include "common/grpc/testing/test_pki.h"
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "common/testing/free_port.h"
@@ -147,11 +148,6 @@ class Router {
   std::unique_ptr<KvStoreClient> client_;
   std::unique_ptr<RouterCore> core_;
 };
-
-// The test-only certificates in common/grpc/testdata.
-std::string TestData(const std::string& name) {
-  return std::string(MOE_SOURCE_DIR) + "/common/grpc/testdata/" + name;
-}
 
 std::vector<int32_t> Prompt(int n, int seed) {
   std::vector<int32_t> out(n);
@@ -299,18 +295,25 @@ TEST_F(KvStoreClientTest, TheResponseCacheAnswersARepeatOverGrpc) {
 // certificate signed by the store's client CA share their prefixes; a router without one (or in
 // plaintext) fails the handshake and sees misses only: the same tokens, never a failed request.
 TEST_F(KvStoreClientTest, OverMutualTlsCertifiedRoutersShareAndOthersOnlyMiss) {
+  // A CA made now (common/grpc/testing/test_pki.h): the store's certificate for localhost, the
+  // routers' client certificate.
+  common::rpc::testing::TestPki pki(common::testing::MakeTempDir("kv_client_pki"));
+  const common::rpc::testing::CertFiles ca = pki.Ca("cluster");
+  const common::rpc::testing::CertFiles server = pki.Issue(ca, "kv-store", {"DNS:localhost"});
+  const common::rpc::testing::CertFiles client =
+      pki.Issue(ca, "router", {"URI:spiffe://moe.test/router"});
   store_->Stop();
-  store_->tls = {.cert_file = TestData("server.pem"),
-                 .key_file = TestData("server.key"),
-                 .client_ca_file = TestData("ca.pem"),
+  store_->tls = {.cert_file = server.cert_file,
+                 .key_file = server.key_file,
+                 .client_ca_file = ca.cert_file,
                  .require_client_cert = true};
   store_->Start();
-  auto tls = [](bool with_cert) {
+  auto tls = [&](bool with_cert) {
     common::rpc::ChannelOptions c;
     c.tls = {.enabled = true,
-             .ca_file = TestData("ca.pem"),
-             .cert_file = with_cert ? TestData("client.pem") : "",
-             .key_file = with_cert ? TestData("client.key") : "",
+             .ca_file = ca.cert_file,
+             .cert_file = with_cert ? client.cert_file : "",
+             .key_file = with_cert ? client.key_file : "",
              .server_name_override = "localhost"};
     return c;
   };

@@ -25,6 +25,11 @@
 {{- $_ := set $base "auth" (dict "api_keys_file" "/etc/moe-secrets/api-keys") -}}
 {{- end -}}
 {{- with $v.routers.config.core -}}{{- with .block_size -}}{{- $_ := set $base.routing "block_size" . -}}{{- end -}}{{- end -}}
+{{- if $v.security.mtls.enabled -}}
+{{- /* mTLS: the gateway's certificate (role gateway) on its router and voice channels */ -}}
+{{- $_ := set $base.routing "channel" (include "moe.mtls.channel" (dict "root" .) | fromJson) -}}
+{{- if $voice -}}{{- $_ := set $base.voice "channel" (include "moe.mtls.channel" (dict "root" .) | fromJson) -}}{{- end -}}
+{{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy ($v.gateway.config | default dict))) -}}
 {{- end -}}
 
@@ -45,6 +50,13 @@
 {{- end -}}
 {{- if $v.kvStore.enabled -}}
 {{- $_ := set $base "kv_store" (dict "targets" (include "moe.kvStoreAddresses" . | fromJsonArray) "lossy_int8" ($v.numerics.lossyKv | default false) "response_cache" ($v.kvStore.responseCache | default false)) -}}
+{{- end -}}
+{{- if $v.security.mtls.enabled -}}
+{{- /* mTLS: serve gateway and admin; dial workers and the kv-store as role router (sidecar
+     workers on 127.0.0.1 present the name localhost) */ -}}
+{{- $_ := mustMergeOverwrite $base.grpc (include "moe.mtls.server" (dict "root" . "component" "router") | fromJson) -}}
+{{- if $base.experts -}}{{- $_ := set $base.experts "channel" (include "moe.mtls.channel" (dict "root" . "serverName" (ternary "localhost" "" (and $v.routers.sidecarExperts true))) | fromJson) -}}{{- end -}}
+{{- if $base.kv_store -}}{{- $_ := set $base.kv_store "channel" (include "moe.mtls.channel" (dict "root" .) | fromJson) -}}{{- end -}}
 {{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy ($v.routers.config | default dict))) -}}
 {{- end -}}
@@ -69,6 +81,9 @@
   "metrics" (dict "host" "0.0.0.0" "port" $metricsPort)
   "log_level" $v.logLevel
 -}}
+{{- if $v.security.mtls.enabled -}}
+{{- $_ := mustMergeOverwrite $base.grpc (include "moe.mtls.server" (dict "root" .root "component" "expert-worker") | fromJson) -}}
+{{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy (.pool.config | default dict))) -}}
 {{- end -}}
 
@@ -90,6 +105,9 @@
   "metrics" (dict "host" "0.0.0.0" "port" (int $v.ports.metrics))
   "log_level" $v.logLevel
 -}}
+{{- if $v.security.mtls.enabled -}}
+{{- $_ := mustMergeOverwrite $base.grpc (include "moe.mtls.server" (dict "root" . "component" "kv-store") | fromJson) -}}
+{{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy ($v.kvStore.config | default dict))) -}}
 {{- end -}}
 
@@ -102,5 +120,8 @@
   "metrics" (dict "host" "0.0.0.0" "port" (int $v.ports.metrics))
   "log_level" $v.logLevel
 -}}
+{{- if $v.security.mtls.enabled -}}
+{{- $_ := mustMergeOverwrite $base.grpc (include "moe.mtls.server" (dict "root" .root "component" .role) | fromJson) -}}
+{{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy ((index $v .role).config | default dict))) -}}
 {{- end -}}

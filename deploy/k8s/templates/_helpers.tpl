@@ -162,21 +162,26 @@ checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .r
 {{- end }}
 {{- end -}}
 
-{{/* gRPC health probes (startup, readiness, liveness) on `port`. */}}
+{{/* Health probes (startup, readiness, liveness): gRPC health on `port`; under mTLS (the
+     kubelet's gRPC probes have no TLS) HTTP /healthz on `metricsPort` (default ports.metrics). */}}
 {{- define "moe.grpcProbes" -}}
 {{- $p := .root.Values.probes -}}
+{{- $how := printf "grpc: {port: %d}" (int .port) -}}
+{{- if .root.Values.security.mtls.enabled -}}
+{{- $how = printf "httpGet: {path: /healthz, port: %d}" (int (.metricsPort | default .root.Values.ports.metrics)) -}}
+{{- end -}}
 startupProbe:
-  grpc: {port: {{ .port }}}
+  {{ $how }}
   periodSeconds: {{ $p.startup.periodSeconds }}
   failureThreshold: {{ $p.startup.failureThreshold }}
   timeoutSeconds: {{ $p.startup.timeoutSeconds }}
 readinessProbe:
-  grpc: {port: {{ .port }}}
+  {{ $how }}
   periodSeconds: {{ $p.readiness.periodSeconds }}
   failureThreshold: {{ $p.readiness.failureThreshold }}
   timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
 livenessProbe:
-  grpc: {port: {{ .port }}}
+  {{ $how }}
   periodSeconds: {{ $p.liveness.periodSeconds }}
   failureThreshold: {{ $p.liveness.failureThreshold }}
   timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
@@ -267,4 +272,91 @@ livenessProbe:
       app.kubernetes.io/name: {{ include "moe.name" .root }}
       app.kubernetes.io/instance: {{ .root.Release.Name }}
       app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* ---- mTLS (security.mtls): one certificate per role, mounted at /etc/moe-tls. ---- */}}
+
+{{/* The roles that call each gRPC server (SECURITY.md's table): grpc.auth grants exactly these. */}}
+{{- define "moe.mtls.callers" -}}
+{{- toJson (dict "router" (list "gateway" "admin") "expert-worker" (list "router" "admin") "kv-store" (list "router" "admin") "asr" (list "gateway") "tts" (list "gateway")) -}}
+{{- end -}}
+
+{{/* The identity of a role (its certificate's URI SAN): (dict "root" $ "role" R) */}}
+{{- define "moe.mtls.identity" -}}
+{{- printf "spiffe://%s/ns/%s/%s/%s" .root.Values.security.mtls.trustDomain .root.Release.Namespace (include "moe.fullname" .root) .role -}}
+{{- end -}}
+
+{{/* The Secret holding a role's tls.crt, tls.key, ca.crt: (dict "root" $ "role" R) */}}
+{{- define "moe.mtls.secretName" -}}
+{{- $byo := index (.root.Values.security.mtls.secrets | default dict) .role | default "" -}}
+{{- $byo | default (include "moe.component" (dict "root" .root "component" (printf "tls-%s" .role))) -}}
+{{- end -}}
+
+{{/* The DNS names a role's callers dial (its certificate's DNS SANs), as JSON. */}}
+{{- define "moe.mtls.dnsNames" -}}
+{{- $root := .root -}}
+{{- $ns := $root.Release.Namespace -}}
+{{- $out := list -}}
+{{- $headless := dict "router" (list "router") "kv-store" (list "kv-store") "expert-worker" list -}}
+{{- if not $root.Values.routers.sidecarExperts -}}
+{{- range $pool := $root.Values.expertPools -}}{{- $_ := set $headless "expert-worker" (append (get $headless "expert-worker") (printf "experts-%s" $pool.name)) -}}{{- end -}}
+{{- end -}}
+{{- if hasKey $headless .role -}}
+{{- /* StatefulSet pods: <sts>-<i>.<service>.<namespace>.svc (moe.podDns) */ -}}
+{{- range $c := get $headless .role -}}
+{{- $svc := include "moe.component" (dict "root" $root "component" $c) -}}
+{{- $out = concat $out (list (printf "*.%s.%s.svc" $svc $ns) (printf "%s.%s.svc" $svc $ns)) -}}
+{{- end -}}
+{{- if and (eq .role "expert-worker") $root.Values.routers.sidecarExperts -}}
+{{- /* sidecars: the router dials 127.0.0.1 and verifies the name localhost */ -}}
+{{- $out = append $out "localhost" -}}
+{{- end -}}
+{{- else if has .role (list "asr" "tts") -}}
+{{- /* ClusterIP Services: the gateway dials the short name */ -}}
+{{- $svc := include "moe.component" (dict "root" $root "component" .role) -}}
+{{- $out = list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* A gRPC server's grpc.tls and grpc.auth (JSON): (dict "root" $ "component" C) */}}
+{{- define "moe.mtls.server" -}}
+{{- $root := .root -}}
+{{- $m := $root.Values.security.mtls -}}
+{{- $auth := dict "enabled" true -}}
+{{- range $role := index (include "moe.mtls.callers" . | fromJson) .component -}}
+{{- $ids := list (include "moe.mtls.identity" (dict "root" $root "role" $role)) -}}
+{{- if eq $role "admin" -}}{{- $ids = concat $ids ($m.adminIdentities | default list) -}}{{- end -}}
+{{- $_ := set $auth $role (dict "identities" $ids) -}}
+{{- end -}}
+{{- toJson (dict
+  "tls" (dict "cert_file" "/etc/moe-tls/tls.crt" "key_file" "/etc/moe-tls/tls.key" "client_ca_file" "/etc/moe-tls/ca.crt" "require_client_cert" true "reload_interval" $m.reloadInterval)
+  "auth" $auth) -}}
+{{- end -}}
+
+{{/* A client's channel (JSON): (dict "root" $ "serverName" NAME-or-"") */}}
+{{- define "moe.mtls.channel" -}}
+{{- $tls := dict "enabled" true "ca_file" "/etc/moe-tls/ca.crt" "cert_file" "/etc/moe-tls/tls.crt" "key_file" "/etc/moe-tls/tls.key" "reload_interval" .root.Values.security.mtls.reloadInterval -}}
+{{- with .serverName -}}{{- $_ := set $tls "server_name_override" . -}}{{- end -}}
+{{- toJson (dict "tls" $tls) -}}
+{{- end -}}
+
+{{/* The volume of a role's certificate: (dict "root" $ "role" R "name" VOLUME) */}}
+{{- define "moe.mtls.volume" -}}
+{{- if .root.Values.security.mtls.enabled -}}
+- name: {{ .name | default "tls" }}
+  secret:
+    secretName: {{ include "moe.mtls.secretName" . }}
+    defaultMode: 288  # 0440: owner root, group the pod's fsGroup; nobody else
+    items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}, {key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- end -}}
+
+{{/* Its mount (no subPath: the kubelet updates the files in place on rotation). */}}
+{{- define "moe.mtls.mount" -}}
+{{- if .root.Values.security.mtls.enabled -}}
+- name: {{ .name | default "tls" }}
+  mountPath: /etc/moe-tls
+  readOnly: true
+{{- end }}
 {{- end -}}

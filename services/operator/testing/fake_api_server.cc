@@ -1,5 +1,7 @@
 #include "services/operator/testing/fake_api_server.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/file.h"
+#include "common/grpc/testing/test_pki.h"
 #include "httplib.h"
 
 namespace moe::op::testing {
@@ -723,15 +726,36 @@ struct FakeApiServer::Impl {
 FakeApiServer::FakeApiServer(std::unique_ptr<Impl> impl, int port)
     : impl_(std::move(impl)), port_(port) {}
 
-std::string FakeApiServer::TestCaPath() { return std::string(MOE_OPERATOR_TESTDATA) + "/ca.pem"; }
+namespace {
+
+// The test PKI of every server in this process, made once at first use
+// (common/grpc/testing/test_pki.h): a CA and a server certificate for localhost / 127.0.0.1.
+struct DefaultPki {
+  common::rpc::testing::CertFiles ca, server;
+};
+const DefaultPki& Pki() {
+  static const DefaultPki* pki = [] {
+    std::string dir = "/tmp/moe_fake_api_pki.XXXXXX";
+    if (mkdtemp(dir.data()) == nullptr) std::abort();
+    common::rpc::testing::TestPki maker(dir);
+    auto* p = new DefaultPki;
+    p->ca = maker.Ca("fake-api");
+    p->server = maker.Issue(p->ca, "server", {"DNS:localhost", "IP:127.0.0.1"});
+    return p;
+  }();
+  return *pki;
+}
+
+}  // namespace
+
+std::string FakeApiServer::TestCaPath() { return Pki().ca.cert_file; }
 
 absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(FakeApiServerOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  const std::string dir = MOE_OPERATOR_TESTDATA;
   if (options.tls) {
-    const std::string cert = options.cert_path.empty() ? dir + "/server.pem" : options.cert_path;
-    const std::string key = options.key_path.empty() ? dir + "/server.key" : options.key_path;
+    const std::string cert = options.cert_path.empty() ? Pki().server.cert_file : options.cert_path;
+    const std::string key = options.key_path.empty() ? Pki().server.key_file : options.key_path;
     impl->owned_server = std::make_unique<httplib::SSLServer>(cert.c_str(), key.c_str());
   } else {
     impl->owned_server = std::make_unique<httplib::Server>();

@@ -1,5 +1,5 @@
-// An in-test Kubernetes API server on loopback (HTTPS with the test CA of common/grpc/testdata,
-// or plain HTTP), for the operator's HTTP layer, its processes and the local kubelet stand-in.
+// An in-test Kubernetes API server on loopback (HTTPS with a test CA made at first use, or
+// plain HTTP), for the operator's HTTP layer, its processes and the local kubelet stand-in.
 // It implements what the operator uses, for the resources it uses:
 //   - get, list (labelSelector: `k=v`, `k!=v`, `k`), create, update (PUT; a stale
 //     metadata.resourceVersion is 409 Conflict), delete (finalizers: deletionTimestamp first;
@@ -49,7 +49,8 @@ using Json = nlohmann::json;
 
 struct FakeApiServerOptions {
   bool tls = true;
-  // Server certificate and key (PEM files); "" = common/grpc/testdata's (localhost, 127.0.0.1).
+  // Server certificate and key (PEM files); "" = the test PKI's (localhost, 127.0.0.1; made at
+  // first use by common/grpc/testing/test_pki.h).
   std::string cert_path;
   std::string key_path;
   std::string token = "test-token";  // "" = no authentication
@@ -71,7 +72,7 @@ class FakeApiServer {
   // A kubeconfig (YAML) for this server with namespace `ns` (the test CA embedded), for
   // `token` ("" = options.token).
   std::string Kubeconfig(const std::string& ns, const std::string& token = "") const;
-  // The test CA's PEM (common/grpc/testdata/ca.pem).
+  // The test CA's PEM file (made at first use, under /tmp).
   static std::string TestCaPath();
 
   // The storage, as a client would see it. `plural` is "statefulsets", "moeclusters", ...
