@@ -188,7 +188,8 @@ absl::StatusOr<std::pair<double, int64_t>> Ttft(router::Scheduler& s, std::vecto
   ASSIGN_OR_RETURN(auto sub, s.Submit(std::move(r)));
   double ttft = -1;
   while (s.HasWork()) {
-    s.Step();
+    // Nothing to step while the prefix is being fetched (off this thread): do not spin.
+    if (s.Step() == 0) absl::SleepFor(absl::Microseconds(200));
     if (ttft < 0 && sub.stream->finished()) ttft = absl::ToDoubleSeconds(absl::Now() - t0);
   }
   int64_t cached = 0;
@@ -222,11 +223,11 @@ double FetchSeconds(router::KvStoreClient& client, const std::vector<kv::BlockHa
   } none;
   const kv::BlockHash probe{rng(), rng()};
   router::KvFetch p{.shard_key = probe, .hashes = std::span<const kv::BlockHash>(&probe, 1)};
-  client.Fetch(std::span<router::KvFetch>(&p, 1), none);
+  client.Fetch(std::span<router::KvFetch>(&p, 1), none, absl::Seconds(10));
   BufferWriter writer(block_bytes, chain.size());
   router::KvFetch f{.shard_key = chain[0], .hashes = chain};
   const absl::Time t0 = absl::Now();
-  client.Fetch(std::span<router::KvFetch>(&f, 1), writer);
+  client.Fetch(std::span<router::KvFetch>(&f, 1), writer, absl::Seconds(10));
   const double s = absl::ToDoubleSeconds(absl::Now() - t0);
   return f.num_fetched == static_cast<int64_t>(chain.size()) ? s : -1;
 }
@@ -284,7 +285,7 @@ absl::Status WarmOverCold(const std::string& model_dir, const std::string& model
       } none;
       const kv::BlockHash probe{rng(), rng()};
       router::KvFetch f{.shard_key = probe, .hashes = std::span<const kv::BlockHash>(&probe, 1)};
-      r->client->Fetch(std::span<router::KvFetch>(&f, 1), none);
+      r->client->Fetch(std::span<router::KvFetch>(&f, 1), none, absl::Seconds(10));
     }
     ASSIGN_OR_RETURN(auto w3, Ttft(s, q3));
     warm3.push_back(w3.first);
@@ -378,7 +379,7 @@ absl::Status Throughput(const std::string& model_dir, const std::string& model,
     BufferWriter writer(block_bytes, blocks);
     router::KvFetch f{.shard_key = hashes[0], .hashes = hashes};
     const absl::Time t1 = absl::Now();
-    client->Fetch(std::span<router::KvFetch>(&f, 1), writer);
+    client->Fetch(std::span<router::KvFetch>(&f, 1), writer, absl::Seconds(10));
     const double s = absl::ToDoubleSeconds(absl::Now() - t1);
     if (f.num_fetched != blocks) {
       return absl::InternalError(absl::StrCat("fetched ", f.num_fetched, " of ", blocks));

@@ -119,13 +119,20 @@ bool ParseBlock(Reader& r, size_t len, WireBlockSink& sink, XXH3_state_t* state)
   bool have_hash = false, have_checksum = false, began = false, data_done = false;
   kv::BlockHash hash;
   uint64_t checksum = 0, tier = 0, data_hash = 0;
+  // Every failure after BeginBlock ends that block (not intact), so the sink never sees two
+  // blocks open at once (kv_store_wire_fuzzer).
+  auto fail = [&] {
+    if (began) sink.EndBlock(false);
+    began = false;
+    return false;
+  };
   while (r.pos() < end) {
     uint64_t tag;
-    if (!r.ReadVarint(&tag)) return false;
+    if (!r.ReadVarint(&tag)) return fail();
     const uint64_t field = tag >> 3, wt = tag & 7;
     if (field == 1 && wt == 2) {  // hash
       uint64_t n;
-      if (!r.ReadVarint(&n) || n != 16) return false;
+      if (!r.ReadVarint(&n) || n != 16) return fail();
       uint8_t b[16];
       size_t k = 0;
       r.Visit(16, [&](const uint8_t* p, size_t m) {
@@ -136,38 +143,43 @@ bool ParseBlock(Reader& r, size_t len, WireBlockSink& sink, XXH3_state_t* state)
       for (int i = 8; i < 16; ++i) hash.lo = (hash.lo << 8) | b[i];
       have_hash = true;
     } else if (field == 3 && wt == 0) {
-      if (!r.ReadVarint(&checksum)) return false;
+      if (!r.ReadVarint(&checksum)) return fail();
       have_checksum = true;
     } else if (field == 4 && wt == 0) {
-      if (!r.ReadVarint(&tier)) return false;
+      if (!r.ReadVarint(&tier)) return fail();
     } else if (field == 2 && wt == 2) {  // Tensor
       uint64_t tlen;
-      if (!r.ReadVarint(&tlen)) return false;
+      if (!r.ReadVarint(&tlen)) return fail();
       const size_t tend = r.pos() + tlen;
       uint64_t dtype = 0;
       std::vector<int64_t> dims;
       while (r.pos() < tend) {
         uint64_t ttag;
-        if (!r.ReadVarint(&ttag)) return false;
+        if (!r.ReadVarint(&ttag)) return fail();
         const uint64_t tf = ttag >> 3, twt = ttag & 7;
         if (tf == 1 && twt == 0) {
-          if (!r.ReadVarint(&dtype)) return false;
+          if (!r.ReadVarint(&dtype)) return fail();
         } else if (tf == 2 && twt == 2) {  // packed shape
           uint64_t n;
-          if (!r.ReadVarint(&n)) return false;
+          if (!r.ReadVarint(&n)) return fail();
           const size_t send = r.pos() + n;
           while (r.pos() < send) {
             uint64_t d;
-            if (!r.ReadVarint(&d)) return false;
+            if (!r.ReadVarint(&d)) return fail();
             dims.push_back(static_cast<int64_t>(d));
           }
         } else if (tf == 2 && twt == 0) {  // unpacked shape
           uint64_t d;
-          if (!r.ReadVarint(&d)) return false;
+          if (!r.ReadVarint(&d)) return fail();
           dims.push_back(static_cast<int64_t>(d));
         } else if (tf == 3 && twt == 2) {  // data
+          // A second data field in one block (protobuf would keep the last) is refused: the
+          // sink has seen the first one's bytes already.
+          if (began || data_done) return fail();
           uint64_t n;
-          if (!r.ReadVarint(&n)) return false;
+          if (!r.ReadVarint(&n)) return fail();
+          // The sink is told the size before the bytes: it must be there (within the tensor).
+          if (r.pos() > tend || n > tend - r.pos()) return fail();
           common::DType dt = dtype == 2   ? common::DType::kBF16
                              : dtype == 3 ? common::DType::kF16
                                           : common::DType::kF32;
@@ -180,18 +192,17 @@ bool ParseBlock(Reader& r, size_t len, WireBlockSink& sink, XXH3_state_t* state)
                 if (began) sink.BlockData(offset, p, m);
                 offset += static_cast<int64_t>(m);
               })) {
-            if (began) sink.EndBlock(false);
-            return false;
+            return fail();
           }
           data_hash = XXH3_64bits_digest(state);
           data_done = true;
         } else if (!r.SkipField(twt)) {
-          return false;
+          return fail();
         }
       }
-      if (r.pos() != tend) return false;
+      if (r.pos() != tend) return fail();
     } else if (!r.SkipField(wt)) {
-      return false;
+      return fail();
     }
   }
   if (began) sink.EndBlock(data_done && have_checksum && data_hash == checksum);

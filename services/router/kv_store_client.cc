@@ -112,7 +112,8 @@ class KvStoreClient::Impl {
   bool response_cache() const { return options_.response_cache; }
   bool lossy() const { return options_.lossy_int8; }
 
-  void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer);
+  absl::Duration fetch_timeout() const { return options_.fetch_timeout; }
+  void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer, absl::Duration timeout);
   int64_t Store(const kv::BlockHash& shard_key, std::span<const kv::BlockHash> hashes,
                 absl::FunctionRef<void(size_t, std::span<uint8_t>)> read);
   std::optional<CachedResponse> LookupResponse(const kv::BlockHash& key);
@@ -272,8 +273,9 @@ class FetchSink final : public kv_store::WireBlockSink {
 
 }  // namespace
 
-void KvStoreClient::Impl::Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer) {
-  const absl::Time deadline = absl::Now() + options_.fetch_timeout;
+void KvStoreClient::Impl::Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer,
+                                absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + std::min(timeout, absl::Minutes(1));
   for (KvFetch& f : fetches) {
     f.num_fetched = 0;
     f.num_from_l2 = 0;
@@ -630,8 +632,10 @@ KvStoreClient::~KvStoreClient() = default;
 bool KvStoreClient::Flush(absl::Duration timeout) { return impl_->Flush(timeout); }
 std::string_view KvStoreClient::fidelity() const { return impl_->lossy() ? "int8" : "exact"; }
 int64_t KvStoreClient::block_bytes() const { return impl_->block_bytes(); }
-void KvStoreClient::Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer) {
-  impl_->Fetch(fetches, writer);
+absl::Duration KvStoreClient::fetch_timeout() const { return impl_->fetch_timeout(); }
+void KvStoreClient::Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer,
+                          absl::Duration timeout) {
+  impl_->Fetch(fetches, writer, timeout);
 }
 int64_t KvStoreClient::Store(const kv::BlockHash& shard_key, std::span<const kv::BlockHash> hashes,
                              absl::FunctionRef<void(size_t, std::span<uint8_t>)> read) {

@@ -5,21 +5,21 @@
 // max_call_bytes each (under gRPC's default 4 MiB), all at once; each Get response is walked
 // with kv_block_wire.h as it arrives and its blocks' bytes are copied straight from gRPC's
 // buffers into L1 (one copy), checksums checked on the way. Everything shares one deadline,
-// fetch_timeout after the call: what arrived intact by then is used, the rest is cancelled.
-// Blocks still in this client's store queue (a preempted sequence coming back soon) are copied
-// from there.
-// Store: blocks are copied once into a queue bounded by put_queue_bytes (full: dropped and
-// counted) and sent by a worker thread in Puts of at most max_call_bytes.
-// Replicas: each sequence's blocks live on one target, chosen by rendezvous hashing of its
-// first block (kv_tier.h KvFetch::shard_key), so a chain is never split.
-// Failures: a target whose channel is in TRANSIENT_FAILURE is skipped at once (misses, dropped
-// stores); gRPC reconnects by itself (backoff channel.initial_reconnect_backoff ..
+// the scheduler's timeout after the call (fetch_timeout or longer, scheduler.h): what arrived
+// intact by then is used, the rest is cancelled. The scheduler calls Fetch on its fetch threads
+// (kv_fetcher.h), several at once; no engine step waits for it. Blocks still in this client's store
+// queue (a preempted sequence coming back soon) are copied from there. Store: blocks are copied
+// once into a queue bounded by put_queue_bytes (full: dropped and counted) and sent by a worker
+// thread in Puts of at most max_call_bytes. Replicas: each sequence's blocks live on one target,
+// chosen by rendezvous hashing of its first block (kv_tier.h KvFetch::shard_key), so a chain is
+// never split. Failures: a target whose channel is in TRANSIENT_FAILURE is skipped at once (misses,
+// dropped stores); gRPC reconnects by itself (backoff channel.initial_reconnect_backoff ..
 // max_reconnect_backoff) and hits resume. A target that answers FAILED_PRECONDITION (it holds
 // another KV fidelity: kv_store.lossy_int8 differs from its core.compression) is refused for
 // good, with one error log.
 //
-// Thread-safety: as KvTier (Fetch/Store from the stepping thread; the response cache from any);
-// put_parallelism worker threads, joined by the destructor.
+// Thread-safety: thread-safe (Fetch from several fetch threads at once, Store from the stepping
+// thread, the response cache from any); put_parallelism worker threads, joined by the destructor.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +40,9 @@ namespace moe::router {
 struct KvStoreClientOptions {
   // kv-store replicas ("host:port"); empty = no kv-store (the router uses L1 only).
   std::vector<std::string> targets;
-  // How long a step may wait for a fetch (Lookup + Get). Longer serves bigger prefixes from a
-  // slow store; shorter bounds the stall every running sequence sees in that step.
+  // The least time one sequence's fetch (Lookup + Get) is given: the scheduler's per-sequence
+  // deadline is this, or twice the estimated prefill time of the tokens asked for when that is
+  // longer (at most 10 s; scheduler.h). Only that sequence waits for it, never a step.
   absl::Duration fetch_timeout = absl::Milliseconds(200);
   // Deadline of one Put (the store queue's worker; a step never waits for it).
   absl::Duration put_timeout = absl::Seconds(2);
@@ -63,7 +64,7 @@ struct KvStoreClientOptions {
   static void Describe(common::config::Schema<KvStoreClientOptions>& s) {
     s.Add("targets", &KvStoreClientOptions::targets, "kv-store addresses; empty = none");
     s.Add("fetch_timeout", &KvStoreClientOptions::fetch_timeout,
-          "longest a step waits for blocks from the kv-store")
+          "least time one sequence waits for its prefix from the kv-store")
         .Range(absl::Milliseconds(1), absl::Seconds(10));
     s.Add("put_timeout", &KvStoreClientOptions::put_timeout, "deadline of one Put")
         .Range(absl::Milliseconds(1), absl::Minutes(1));
@@ -108,7 +109,8 @@ class KvStoreClient final : public KvTier {
   bool enabled() const override { return true; }
   std::string_view fidelity() const override;
   int64_t block_bytes() const override;
-  void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer) override;
+  absl::Duration fetch_timeout() const override;
+  void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer, absl::Duration timeout) override;
   int64_t Store(const kv::BlockHash& shard_key, std::span<const kv::BlockHash> hashes,
                 absl::FunctionRef<void(size_t, std::span<uint8_t>)> read) override;
   bool response_cache_enabled() const override;

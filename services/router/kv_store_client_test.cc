@@ -126,7 +126,10 @@ class Router {
     EXPECT_TRUE(sub.ok()) << sub.status();
     Result out;
     Scheduler& s = core_->scheduler();
-    for (int i = 0; s.HasWork() && i < 100000; ++i) s.Step();
+    for (int i = 0; s.HasWork() && i < 100000; ++i) {
+      // Nothing to step while a prefix is fetched (on a fetch thread): let it run.
+      if (s.Step() == 0) absl::SleepFor(absl::Microseconds(200));
+    }
     while (auto e = sub->stream->Next(absl::ZeroDuration())) {
       out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
       if (e->final()) {

@@ -17,6 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The most elements an entry's dims may describe (2^40: far beyond any KV block).
+constexpr int64_t kMaxEntryElements = int64_t{1} << 40;
 constexpr char kBlockMagic[8] = {'M', 'O', 'E', 'K', 'V', 'B', 1, 0};
 constexpr char kResponseMagic[8] = {'M', 'O', 'E', 'R', 'S', 'P', 1, 0};
 constexpr size_t kHeaderChecked = 144;
@@ -186,10 +188,19 @@ absl::StatusOr<ReadEntry> FileStore::Read(const kv::BlockHash& key) const {
   if (codec > 2 || dtype > 2 || num_dims > kMaxDims) return corrupt("codec, dtype or dims");
   out.meta.codec = static_cast<Codec>(codec);
   out.meta.dtype = static_cast<common::DType>(dtype);
+  // Dims and sizes are used as sizes by the caller: none negative, and the element count
+  // bounded (a crafted header, with its checksum recomputed, must not overflow it; the
+  // kv_store_wire_fuzzer found that).
+  int64_t elements = 1;
   for (uint32_t i = 0; i < num_dims; ++i) {
-    out.meta.dims.push_back(static_cast<int64_t>(GetU64(h + 40 + 8 * i)));
+    const int64_t d = static_cast<int64_t>(GetU64(h + 40 + 8 * i));
+    if (d < 0 || __builtin_mul_overflow(elements, d, &elements) || elements > kMaxEntryElements) {
+      return corrupt("dims");
+    }
+    out.meta.dims.push_back(d);
   }
   out.meta.raw_bytes = static_cast<int64_t>(GetU64(h + 104));
+  if (out.meta.raw_bytes < 0) return corrupt("raw size");
   out.meta.raw_checksum = GetU64(h + 120);
   const uint64_t payload_bytes = GetU64(h + 112);
   if (payload_bytes != file->size() - kFileHeaderBytes) return corrupt("payload size");

@@ -10,8 +10,9 @@
 // an error. Fetch returns by its deadline whatever arrived intact; Store never blocks (a full
 // queue drops and counts); LookupResponse returns nullopt on any failure.
 //
-// Threading: Fetch and Store are called by the scheduler's stepping thread only; LookupResponse
-// and StoreResponse by any thread (Submit and the stepping thread).
+// Threading: Fetch runs on the scheduler's fetch threads (kv_fetcher.h), several at once, while
+// the stepping thread calls Store; LookupResponse and StoreResponse run on any thread (Submit
+// and the stepping thread). Every implementation is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,8 @@ struct KvFetch {
   int64_t num_from_l2 = 0;
 };
 
-// Where a fetched block's bytes go (the scheduler's adapter over ModelRunner::WriteKvBlock).
+// Where a fetched block's bytes go (the scheduler's adapter over ModelRunner::WriteKvBlock,
+// kv_fetcher.h). Called on the thread that runs Fetch; one fetch's writes never overlap.
 class KvBlockWriter {
  public:
   virtual ~KvBlockWriter() = default;
@@ -71,9 +73,14 @@ class KvTier {
   // Bytes of one block ([num_layers, 2, block_size, num_kv_heads, head_dim] f32).
   virtual int64_t block_bytes() const = 0;
 
+  // The least time the scheduler gives one sequence's fetch (kv_store.fetch_timeout): its
+  // per-sequence fetch deadline is this, or longer when the prefill it saves is (scheduler.h).
+  virtual absl::Duration fetch_timeout() const = 0;
+
   // For each fetch, the longest prefix of its hashes the tier holds, written through `writer`
-  // on this thread; returns by the tier's fetch deadline (what arrived intact by then counts).
-  virtual void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer) = 0;
+  // on this thread; returns within `timeout` (what arrived intact by then counts). Blocking:
+  // the scheduler calls it on its fetch threads, never on the stepping one.
+  virtual void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer, absl::Duration timeout) = 0;
 
   // Queues the leading blocks of `hashes` that fit the bounded store queue; `read(i, dst)`
   // copies block i's bytes (block_bytes()) into `dst`, on this thread, only for queued blocks.
@@ -97,7 +104,8 @@ class NoKvTier final : public KvTier {
   bool enabled() const override { return false; }
   std::string_view fidelity() const override { return "exact"; }
   int64_t block_bytes() const override { return 0; }
-  void Fetch(std::span<KvFetch>, KvBlockWriter&) override {}
+  absl::Duration fetch_timeout() const override { return absl::ZeroDuration(); }
+  void Fetch(std::span<KvFetch>, KvBlockWriter&, absl::Duration) override {}
   int64_t Store(const kv::BlockHash&, std::span<const kv::BlockHash>,
                 absl::FunctionRef<void(size_t, std::span<uint8_t>)>) override {
     return 0;

@@ -120,6 +120,7 @@ void ContinuePrefills(const StageContext& ctx, const SchedulingQueues& queues, S
       continue;
     }
     if (seq->is_decode()) continue;  // held back or out of budget in stage 1
+    if (seq->fetching) continue;     // its prefix is still coming from the kv tier
     const int64_t n = NextChunkTokens(ctx, *seq, *plan);
     if (n == 0) continue;
     plan->prefills.push_back(Chunk(*seq, n));

@@ -51,7 +51,8 @@ struct StageContext {
   // that would yield a token (a decode, the last chunk of a prompt) is planned only then.
   absl::FunctionRef<bool(const SequenceState&)> has_room;
   // Runs for a victim just before its blocks are freed by a preemption (their K/V still intact):
-  // the scheduler's offload mode stores the victim's computed blocks in the kv tier. Optional.
+  // the scheduler cancels a fetch the victim is waiting for (so no write can touch the freed
+  // pages), and its offload mode stores the victim's computed blocks in the kv tier. Optional.
   std::function<void(SequenceState&)> on_preempt;
 };
 
@@ -66,9 +67,9 @@ struct StageContext {
 void ScheduleDecodes(const StageContext& ctx, SchedulingQueues* queues, StepPlan* plan);
 
 // Stage 2. For each running sequence in queue order that is prefilling (every token has a slot,
-// not all are computed) and not already in plan->decodes, while the plan has budget: plans its
-// next min(uncomputed, chunked_prefill_size, remaining budget) tokens, unless that chunk ends the
-// prompt and the consumer has no room. Reserves nothing (prefill slots were allocated at
+// not all are computed), not fetching and not already in plan->decodes, while the plan has budget:
+// plans its next min(uncomputed, chunked_prefill_size, remaining budget) tokens, unless that chunk
+// ends the prompt and the consumer has no room. Reserves nothing (prefill slots were allocated at
 // admission).
 // REQUIRES: plan->decodes is empty or was filled by ScheduleDecodes over these queues.
 void ContinuePrefills(const StageContext& ctx, const SchedulingQueues& queues, StepPlan* plan);

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/check.h"
 #include "common/base/status_macros.h"
+#include "services/router/core/kv_fetcher.h"
 #include "services/router/core/response_cache_key.h"
 #include "services/router/core/schedule_stages.h"
 #include "services/router/core/sequence_state.h"
@@ -25,6 +26,21 @@ namespace moe::router {
 using common::SeqId;
 using generation::FinishReason;
 using generation::Usage;
+
+namespace {
+
+// The fetch deadline policy (scheduler.h): a sequence waits for its prefix from the kv tier
+// the tier's fetch_timeout(), or twice the time the prefill of those tokens is estimated to
+// take (measured prefill throughput) when that is longer, at most kMaxFetchWait.
+constexpr absl::Duration kMaxFetchWait = absl::Seconds(10);
+constexpr double kFetchWaitOverPrefill = 2.0;
+// How much longer than its deadline the stepping thread lets the tier return on its own (with
+// what arrived intact) before it gives up on the fetch and prefills everything.
+constexpr absl::Duration kFetchGiveUpGrace = absl::Milliseconds(500);
+// A step counts towards the prefill throughput estimate when it computed this many prompt tokens.
+constexpr int64_t kMinPrefillTokensToEstimate = 32;
+
+}  // namespace
 
 class Scheduler::Impl {
  public:
@@ -62,6 +78,10 @@ class Scheduler::Impl {
     absl::Time last_token = absl::InfinitePast();
     // Leading full blocks already in (or queued for) the kv tier, or taken from it or from L1.
     int64_t num_blocks_stored = 0;
+    // While `fetching`: the kv tier fetch of its further prefix, and whether what it brings
+    // counts as cached prompt tokens (a first admission; not an offloaded sequence coming back).
+    std::shared_ptr<KvFetcher::Job> fetch;
+    bool fetch_counts_as_cached = false;
     // Set when the request may use the response cache: its key, and (with logprobs) what was
     // streamed, for the entry stored when it finishes.
     std::optional<kv::BlockHash> response_key;
@@ -69,8 +89,6 @@ class Scheduler::Impl {
   };
   // Every SequenceState in queues_ and plan_ is a Sequence.
   static Sequence& Seq(SequenceState* s) { return *static_cast<Sequence*>(s); }
-
-  class FetchWriter;
 
   // Lets a RequestStream (which may outlive the scheduler) wake the loop safely.
   struct Waker {
@@ -104,9 +122,18 @@ class Scheduler::Impl {
   void AddChunk(const PlannedChunk& chunk);
   // Samples the next token of `seq` from `logits` [vocab] and handles stop / length.
   void ProcessLogits(Sequence& seq, const float* logits, absl::Time now);
-  // Fetches from the kv tier the further prefix of this step's admissions that L1 missed, and
-  // moves their planned chunks past what arrived.
-  void FetchFromKvTier();
+  // Starts the kv tier fetch of the further prefix of this step's admissions that L1 missed
+  // (they then wait, fetching, and their planned chunks are dropped).
+  void FetchFromKvTier(absl::Time now);
+  // How long a fetch of `tokens` prompt tokens may take (the deadline policy above).
+  absl::Duration FetchTimeout(int64_t tokens) const;
+  // Ends the fetches that are done, or past the point where the stepping thread gives up on them:
+  // their fetched blocks become computed, the rest is prefilled from this step on.
+  void PollFetches(absl::Time now);
+  // Ends `seq`'s fetch with `fetched` blocks (`from_l2` of them from L2) computed.
+  void EndFetch(Sequence& seq, int64_t fetched, int64_t from_l2, absl::Time now);
+  // Cancels `seq`'s fetch (no write touches its pages once this returns); it counts as a miss.
+  void CancelFetch(Sequence& seq);
   // Stores `seq`'s computed full blocks that are not in the kv tier yet.
   void StoreComputedBlocks(Sequence& seq);
   // The response cache's answer for `seq` (already validated and numbered), if it has one:
@@ -145,10 +172,11 @@ class Scheduler::Impl {
   std::vector<StepChunk> chunks_;
   std::vector<Sequence*> chunk_seqs_;
   std::vector<float> logits_;
-  std::vector<KvFetch> fetches_;
-  std::vector<Admission*> fetch_admissions_;
-  std::vector<std::vector<kv::BlockHash>> fetch_chains_;
-  std::vector<std::vector<int32_t>> fetch_tables_;
+  // Prompt tokens per second of the engine's prefill steps (EWMA; 0 until measured).
+  double prefill_tokens_per_s_ = 0;
+  // The kv tier's fetch threads (only with a tier). Its jobs write only into the pages of
+  // fetching sequences (kv_fetcher.h); its threads touch nothing of the scheduler but waker_.
+  std::unique_ptr<KvFetcher> fetcher_;
 
   // Started by Start(), joined by Shutdown().
   std::thread loop_;
@@ -235,6 +263,13 @@ Scheduler::Impl::Impl(const SchedulerOptions& options,
       waker_(std::make_shared<Waker>()),
       block_manager_(std::move(block_manager)),
       seed_rng_(options.random_seed) {
+  if (kv_tier_.enabled()) {
+    fetcher_ =
+        std::make_unique<KvFetcher>(KvFetcher::Options{.num_threads = options_.kv_fetch_threads,
+                                                       .max_fetches = options_.kv_fetch_max_fetches,
+                                                       .max_bytes = options_.kv_fetch_max_bytes},
+                                    kv_tier_, runner_, [waker = waker_] { waker->Wake(); });
+  }
   absl::MutexLock lock(&waker_->mu);
   waker_->scheduler = this;
 }
@@ -442,6 +477,8 @@ void Scheduler::Impl::ExpireDeadlines(absl::Time now) {
 void Scheduler::Impl::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
   if (seq.finished) return;
   seq.finished = true;
+  // No fetch thread may write into its pages once they are freed (and handed to others).
+  if (seq.fetching) CancelFetch(seq);
   if (seq.running) {
     // Freeing never fails for a sequence the manager holds; a failure is a scheduler bug.
     const absl::Status freed = block_manager_->Free(seq.seq_id);
@@ -481,13 +518,18 @@ int64_t Scheduler::Impl::Step() {
   DrainInbox();
   const absl::Time start = clock_.Now();
   ExpireDeadlines(start);
+  PollFetches(start);
   RemoveFinished();
   auto has_room = [](const SequenceState& s) {
     return static_cast<const Sequence&>(s).stream->HasRoom();
   };
   StageContext ctx{.options = options_, .blocks = *block_manager_, .has_room = has_room};
-  if (kv_tier_.enabled() && options_.preemption_mode == PreemptionMode::kOffload) {
-    ctx.on_preempt = [this](SequenceState& s) { StoreComputedBlocks(Seq(&s)); };
+  if (kv_tier_.enabled()) {
+    ctx.on_preempt = [this](SequenceState& s) {
+      Sequence& seq = Seq(&s);
+      if (seq.fetching) CancelFetch(seq);  // before its pages are freed
+      if (options_.preemption_mode == PreemptionMode::kOffload) StoreComputedBlocks(seq);
+    };
   }
   PlanStep(ctx, &queues_, &plan_);
   ApplyPlan(start);
@@ -515,7 +557,7 @@ void Scheduler::Impl::ApplyPlan(absl::Time start) {
   for (PlanFailure& f : plan_.failed) {
     Finish(Seq(f.seq), FinishReason::kError, std::move(f.status));
   }
-  FetchFromKvTier();
+  FetchFromKvTier(start);
   for (const Admission& a : plan_.admissions) {
     Sequence& seq = Seq(a.seq);
     if (seq.admitted_once) continue;
@@ -556,9 +598,22 @@ int64_t Scheduler::Impl::RunBatch() {
     MOE_DCHECK(table.ok());
     chunks_[i].block_table = std::span<const int32_t>(table->data(), table->size());
   }
+  int64_t prefill_tokens = 0;
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    if (chunk_seqs_[i]->num_computed < chunk_seqs_[i]->num_prompt) {
+      prefill_tokens += static_cast<int64_t>(chunks_[i].token_ids.size());
+    }
+  }
   ++num_steps_;
+  const absl::Time before = clock_.Now();
   const absl::Status status = runner_.Step(chunks_, &logits_);
   const absl::Time now = clock_.Now();
+  if (status.ok() && prefill_tokens >= kMinPrefillTokensToEstimate && now > before) {
+    // Whole-step throughput: decodes in the step make it an underestimate (a longer wait).
+    const double rate = static_cast<double>(step_tokens) / absl::ToDoubleSeconds(now - before);
+    prefill_tokens_per_s_ =
+        prefill_tokens_per_s_ <= 0 ? rate : 0.7 * prefill_tokens_per_s_ + 0.3 * rate;
+  }
   if (!status.ok()) {
     for (Sequence* seq : chunk_seqs_) Finish(*seq, FinishReason::kError, status);
   } else {
@@ -638,29 +693,9 @@ void Scheduler::Impl::ProcessLogits(Sequence& seq, const float* logits, absl::Ti
   }
 }
 
-// Writes fetched bytes into the L1 blocks of the admissions being fetched.
-class Scheduler::Impl::FetchWriter final : public KvBlockWriter {
- public:
-  FetchWriter(ModelRunner& runner, const std::vector<std::vector<int32_t>>& tables)
-      : runner_(runner), tables_(tables) {}
-  void Write(size_t fetch, size_t block, int64_t offset, std::span<const uint8_t> bytes) override {
-    // The tier checks sizes before writing; a failure here would be a bug in it.
-    const absl::Status s = runner_.WriteKvBlock(tables_[fetch][block], offset, bytes);
-    MOE_DCHECK(s.ok());
-    (void)s;
-  }
-
- private:
-  ModelRunner& runner_;
-  const std::vector<std::vector<int32_t>>& tables_;
-};
-
-void Scheduler::Impl::FetchFromKvTier() {
-  if (!kv_tier_.enabled() || plan_.admissions.empty()) return;
+void Scheduler::Impl::FetchFromKvTier(absl::Time now) {
+  if (fetcher_ == nullptr || plan_.admissions.empty()) return;
   const int64_t bs = block_manager_->block_size();
-  fetches_.clear();
-  fetch_admissions_.clear();
-  size_t n = 0;
   for (Admission& a : plan_.admissions) {
     Sequence& seq = Seq(a.seq);
     const int64_t have = a.num_cached_tokens / bs;
@@ -671,58 +706,83 @@ void Scheduler::Impl::FetchFromKvTier() {
     // Eligible as for L1: full blocks within the first len - 1 tokens (the last is computed).
     const int64_t eligible = (seq.num_tokens() - 1) / bs;
     if (eligible <= have) continue;
-    if (fetch_chains_.size() <= n) {
-      fetch_chains_.resize(n + 1);
-      fetch_tables_.resize(n + 1);
-    }
-    fetch_chains_[n] = block_manager_->ChainHashes(
+    std::vector<kv::BlockHash> chain = block_manager_->ChainHashes(
         absl::MakeConstSpan(seq.tokens.data(), static_cast<size_t>(eligible * bs)), seq.cache_salt);
     absl::StatusOr<absl::Span<const int32_t>> table = block_manager_->BlockTable(seq.seq_id);
     MOE_DCHECK(table.ok());
-    fetch_tables_[n].assign(table->begin() + have, table->begin() + eligible);
-    fetches_.push_back(KvFetch{
-        .shard_key = fetch_chains_[n][0],
-        .hashes =
-            std::span<const kv::BlockHash>(fetch_chains_[n]).subspan(static_cast<size_t>(have))});
-    fetch_admissions_.push_back(&a);
-    ++n;
+    const kv::BlockHash shard_key = chain[0];
+    std::vector<kv::BlockHash> hashes(chain.begin() + have, chain.end());
+    // The pages past the L1 hit: allocated to this sequence alone and not registered in the
+    // prefix cache until EndFetch marks them computed, so the fetch thread is their only user.
+    std::vector<int32_t> pages(table->begin() + have, table->begin() + eligible);
+    const absl::Duration timeout = FetchTimeout((eligible - have) * bs);
+    std::shared_ptr<KvFetcher::Job> job =
+        fetcher_->Start(shard_key, std::move(hashes), std::move(pages), timeout, now,
+                        now + timeout + kFetchGiveUpGrace);
+    if (job == nullptr) continue;  // every fetch slot (or the byte budget) is taken: prefill
+    seq.fetch = std::move(job);
+    seq.fetching = true;
+    seq.fetch_counts_as_cached = !seq.admitted_once;
+    // It waits for the fetch instead of prefilling: its planned chunk gives its budget back.
+    plan_.num_tokens -= a.chunk.num_tokens;
+    a.chunk.num_tokens = 0;
   }
-  if (fetches_.empty()) return;
-  FetchWriter writer(runner_, fetch_tables_);
-  const absl::Time t0 = clock_.Now();
-  kv_tier_.Fetch(fetches_, writer);
-  metrics_.kv_fetch_seconds.Observe(absl::ToDoubleSeconds(clock_.Now() - t0));
-  for (size_t i = 0; i < fetches_.size(); ++i) {
-    const KvFetch& f = fetches_[i];
-    const int64_t asked = static_cast<int64_t>(f.hashes.size());
-    metrics_.prefix_cache_queries_total_l2.Increment(static_cast<double>(asked));
-    metrics_.prefix_cache_hits_total_l2.Increment(static_cast<double>(f.num_from_l2));
-    metrics_.prefix_cache_queries_total_l3.Increment(static_cast<double>(asked - f.num_from_l2));
-    metrics_.prefix_cache_hits_total_l3.Increment(
-        static_cast<double>(f.num_fetched - f.num_from_l2));
-    if (f.num_fetched <= 0) continue;
-    Admission& a = *fetch_admissions_[i];
-    Sequence& seq = Seq(a.seq);
-    const int64_t computed = a.num_cached_tokens + f.num_fetched * bs;
-    if (absl::Status s = block_manager_->MarkComputed(seq.seq_id, computed); !s.ok()) {
-      Finish(seq, FinishReason::kError, std::move(s));  // RunBatch drops its chunk
-      continue;
+}
+
+absl::Duration Scheduler::Impl::FetchTimeout(int64_t tokens) const {
+  const absl::Duration floor = kv_tier_.fetch_timeout();
+  if (prefill_tokens_per_s_ <= 0) return floor;
+  const absl::Duration prefill = absl::Seconds(static_cast<double>(tokens) / prefill_tokens_per_s_);
+  return std::max(floor, std::min(kMaxFetchWait, kFetchWaitOverPrefill * prefill));
+}
+
+void Scheduler::Impl::PollFetches(absl::Time now) {
+  if (fetcher_ == nullptr) return;
+  for (SequenceState* s : queues_.running) {
+    Sequence& seq = Seq(s);
+    if (!seq.fetching || seq.finished) continue;
+    KvFetcher::Job& job = *seq.fetch;
+    if (!job.done()) {
+      if (now < job.give_up_at()) continue;
+      job.Cancel();  // the tier did not return in time: no later write touches the pages
+      if (!job.done()) {
+        EndFetch(seq, 0, 0, now);
+        continue;
+      }
     }
-    seq.num_computed = computed;
-    a.num_cached_tokens = computed;
-    seq.num_blocks_stored = std::max(seq.num_blocks_stored, computed / bs);
-    // The planned chunk moves past the fetched blocks, within the tokens it was budgeted.
-    if (a.chunk.num_tokens > 0) {
-      const int64_t tokens = std::min(a.chunk.num_tokens, seq.num_tokens() - computed);
-      plan_.num_tokens -= a.chunk.num_tokens - tokens;
-      a.chunk = PlannedChunk{.seq = &seq,
-                             .start_pos = computed,
-                             .num_tokens = tokens,
-                             .want_logits = computed + tokens == seq.num_tokens()};
-    } else {
-      a.chunk.start_pos = computed;
-    }
+    EndFetch(seq, job.num_fetched(), job.num_from_l2(), now);
   }
+}
+
+void Scheduler::Impl::EndFetch(Sequence& seq, int64_t fetched, int64_t from_l2, absl::Time now) {
+  const KvFetcher::Job& job = *seq.fetch;
+  const int64_t asked = job.num_asked();
+  metrics_.kv_fetch_seconds.Observe(absl::ToDoubleSeconds(now - job.started_at()));
+  metrics_.prefix_cache_queries_total_l2.Increment(static_cast<double>(asked));
+  metrics_.prefix_cache_hits_total_l2.Increment(static_cast<double>(from_l2));
+  metrics_.prefix_cache_queries_total_l3.Increment(static_cast<double>(asked - from_l2));
+  metrics_.prefix_cache_hits_total_l3.Increment(static_cast<double>(fetched - from_l2));
+  seq.fetch.reset();
+  seq.fetching = false;
+  if (fetched <= 0) return;
+  const int64_t bs = block_manager_->block_size();
+  const int64_t computed = seq.num_computed + fetched * bs;
+  if (absl::Status s = block_manager_->MarkComputed(seq.seq_id, computed); !s.ok()) {
+    Finish(seq, FinishReason::kError, std::move(s));
+    return;
+  }
+  seq.num_computed = computed;
+  seq.num_blocks_stored = std::max(seq.num_blocks_stored, computed / bs);
+  if (seq.fetch_counts_as_cached) {
+    seq.cached_prompt_tokens += fetched * bs;
+    metrics_.cached_prompt_tokens_total.Increment(static_cast<double>(fetched * bs));
+  }
+}
+
+void Scheduler::Impl::CancelFetch(Sequence& seq) {
+  seq.fetch->Cancel();
+  seq.fetch.reset();
+  seq.fetching = false;
 }
 
 void Scheduler::Impl::StoreComputedBlocks(Sequence& seq) {
@@ -811,8 +871,13 @@ void Scheduler::Impl::FinishCompleteGrammar(Sequence& seq) {
 void Scheduler::Impl::PublishStats(int64_t step_tokens, int64_t step_seqs) {
   const kv::BlockManagerStats kv_stats = block_manager_->GetStats();
   absl::Time next_deadline = absl::InfiniteFuture();
+  int64_t num_fetching = 0;
   for (const auto& [id, seq] : sequences_) {
     next_deadline = std::min(next_deadline, seq->request.deadline);
+    if (seq->fetching) {
+      ++num_fetching;
+      next_deadline = std::min(next_deadline, seq->fetch->give_up_at());
+    }
   }
   const int64_t num_running = static_cast<int64_t>(queues_.running.size());
   const int64_t num_waiting = static_cast<int64_t>(queues_.waiting.size());
@@ -833,6 +898,7 @@ void Scheduler::Impl::PublishStats(int64_t step_tokens, int64_t step_seqs) {
   absl::MutexLock lock(&mu_);
   stats_.num_running = num_running;
   stats_.num_waiting = num_waiting + static_cast<int64_t>(inbox_.size());
+  stats_.num_fetching = num_fetching;
   stats_.num_steps = num_steps_;
   stats_.num_preemptions = num_preemptions_;
   stats_.num_finished = num_finished_;

@@ -18,9 +18,22 @@
 //      end of its tokens, streams it, and finishes requests on a stop token, max_tokens or the
 //      context length.
 // The kv tier below L1 (kv_tier.h, when enabled): an admitted prompt whose further prefix L1
-// missed is fetched from it (bounded by the tier's fetch deadline; what arrives intact is
-// written into the sequence's L1 blocks and not prefilled, counted as cached prompt tokens), and
-// every full block the engine computes is stored there asynchronously. With
+// missed is fetched from it asynchronously (kv_fetcher.h): the sequence waits, "fetching", in
+// the running queue with its pages reserved but not registered in the prefix cache, while a
+// fetch thread writes the arriving blocks straight into those pages and every other sequence
+// keeps being stepped. Each step polls the fetches; once one ends (complete, cut by its
+// deadline, or failed) what arrived intact counts as computed (and as cached prompt tokens) and
+// the rest is prefilled from that step on. Deadline policy: a fetch may take the tier's
+// fetch_timeout(), or twice the estimated prefill time of the tokens it asks for (prefill
+// throughput measured from the engine's steps) when that is longer, at most 10 s. Since only
+// the fetching sequence waits, its deadline can be far longer than a step could afford; and
+// a fetch slower than twice the prefill it saves would have been better prefilled (a miss then
+// costs at most 3x the cold prefill, plus the floor). The tier returns by
+// that deadline with what arrived; should it not, the step 500 ms later gives up on it (cancels
+// it: nothing of it counts). A cancelled, expired or preempted fetching sequence cancels its
+// fetch before its pages are freed, and a cancelled fetch writes nothing more (kv_fetcher.h).
+// Fetches are bounded (kv_fetch_max_fetches, kv_fetch_max_bytes): beyond, the sequence prefills.
+// Every full block the engine computes is stored in the tier asynchronously. With
 // preemption_mode offload, a preempted sequence's blocks are stored before they are freed and
 // fetched back at its re-admission. Deterministic requests (response_cache_key.h) are answered
 // by Submit from the tier's response cache when it holds them, with no compute, and stored there
@@ -58,6 +71,7 @@ namespace moe::router {
 struct SchedulerStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
+  int64_t num_fetching = 0;      // running, waiting for their prefix from the kv tier
   int64_t num_steps = 0;         // engine steps run
   int64_t num_preemptions = 0;   // cumulative
   int64_t num_finished = 0;      // cumulative, any reason

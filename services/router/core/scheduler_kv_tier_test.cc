@@ -1,8 +1,11 @@
 // The scheduler over a kv tier below L1 (kv_tier.h), with the fake runner (whose logits depend on
 // the KV it reads, so a wrong fetched block changes the tokens) and the in-memory FakeKvTier:
 // another router's prefix served from the tier, misses when it is down or slow, stores that
-// never block, preemption offload, and the exact response cache.
+// never block, preemption offload, and the exact response cache. Fetches run on the scheduler's
+// fetch threads: the "slow tier" tests hold them at the fake's latch and assert on steps.
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/base/check.h"
@@ -11,6 +14,7 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/router/core/kv_fetcher.h"
 #include "services/router/core/scheduler.h"
 #include "services/router/testing/fake_kv_tier.h"
 #include "services/router/testing/fake_model_runner.h"
@@ -63,7 +67,7 @@ struct Router {
     }
     std::vector<Collected> out(streams.size());
     for (int steps = 0; scheduler->HasWork() && steps < 100000; ++steps) {
-      scheduler->Step();
+      StepOrYield();
       for (size_t i = 0; i < streams.size(); ++i) Poll(*streams[i], &out[i]);
     }
     for (size_t i = 0; i < streams.size(); ++i) Poll(*streams[i], &out[i]);
@@ -74,6 +78,25 @@ struct Router {
     v.push_back(std::move(r));
     return Run(std::move(v))[0];
   }
+  // One step; when it computed nothing (a fetch is on its way, on a fetch thread), a short
+  // sleep so that thread can run. Returns the tokens computed.
+  int64_t StepOrYield() {
+    const int64_t n = scheduler->Step();
+    if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    return n;
+  }
+  // Steps until `done()` (at most 100000 tries; not timed).
+  template <typename F>
+  void StepUntil(F done) {
+    for (int i = 0; i < 100000 && !done(); ++i) StepOrYield();
+    MOE_CHECK(done());
+  }
+  std::shared_ptr<RequestStream> Submit(GenerateRequest r) {
+    auto s = scheduler->Submit(std::move(r));
+    MOE_CHECK_OK(s.status());
+    ids.push_back(s->seq_id);
+    return s->stream;
+  }
   double Metric(const std::string& name, const common::metrics::Labels& labels = {}) {
     return registry.Value(name, labels).value_or(-1);
   }
@@ -83,6 +106,7 @@ struct Router {
   common::metrics::Registry registry;
   RouterMetrics metrics;
   std::unique_ptr<Scheduler> scheduler;
+  std::vector<common::SeqId> ids;  // of Submit, in order
 };
 
 TEST(SchedulerKvTierTest, RouterBServesThePrefixRouterAComputedWithTheSameTokens) {
@@ -307,6 +331,243 @@ TEST(SchedulerKvTierTest, ResponseCacheIsOffUnlessTheTierEnablesIt) {
   a.Run(GreedyRequest(prompt, 5));
   EXPECT_FALSE(a.Run(GreedyRequest(prompt, 5)).usage.from_response_cache);
   EXPECT_EQ(tier.num_response_lookups(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous fetch: a slow tier (the fake's latch) stalls only the sequence that fetches.
+
+TEST(SchedulerKvTierTest, OtherSequencesKeepDecodingWhileOneFetches) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> doc = Tokens(38, 30);  // 9 blocks in the tier
+  a.Run(GreedyRequest(doc, 4));
+  // x: too short to fetch anything (no full block before its last token).
+  const std::vector<int32_t> x_prompt = Tokens(3, 31);
+  auto x = b.Submit(GreedyRequest(x_prompt, 30));
+  Collected xs, ys;
+  b.StepUntil([&] { return Poll(*x, &xs), xs.token_ids.size() >= 2; });
+  tier.Hold();  // the tier answers nothing until Release
+  auto y = b.Submit(GreedyRequest(doc, 6));
+  b.scheduler->Step();  // y admitted; its fetch starts
+  tier.WaitForHeld(1);
+  EXPECT_EQ(b.scheduler->GetStats().num_fetching, 1);
+  Poll(*x, &xs);
+  for (int i = 0; i < 10; ++i) {
+    const size_t before = xs.token_ids.size();
+    EXPECT_EQ(b.scheduler->Step(), 1);  // x's decode, and nothing of y
+    Poll(*x, &xs);
+    Poll(*y, &ys);
+    EXPECT_EQ(xs.token_ids.size(), before + 1) << i;
+    EXPECT_TRUE(ys.token_ids.empty());
+    EXPECT_EQ(b.scheduler->GetStats().num_fetching, 1);
+  }
+  tier.Release();
+  Poll(*x, &xs);
+  const int64_t x_had = static_cast<int64_t>(xs.token_ids.size());
+  const int64_t computed_before = b.runner.num_computed_tokens();
+  b.StepUntil([&] { return !b.scheduler->HasWork(); });
+  Poll(*x, &xs);
+  Poll(*y, &ys);
+  EXPECT_THAT(xs.token_ids, ElementsAreArray(Reference(x_prompt, 30)));
+  EXPECT_THAT(ys.token_ids, ElementsAreArray(Reference(doc, 6)));
+  EXPECT_EQ(ys.usage.cached_prompt_tokens, 9 * kBs);
+  // y prefilled only its last 2 prompt tokens and decoded 5 more; x one per token it had left.
+  EXPECT_EQ(b.runner.num_computed_tokens() - computed_before, 2 + 5 + (30 - x_had));
+  EXPECT_EQ(b.Metric("moe_prefix_cache_hits_total", {{"tier", "l2"}}), 9);
+}
+
+TEST(SchedulerKvTierTest, ACancelledFetchNeverWritesIntoPagesThatWereFreed) {
+  FakeKvTier tier(kBs * 8);
+  FakeModelRunnerOptions small{.num_kv_blocks = 12, .kv_block_size = kBs};
+  Router a(tier, {}, small), b(tier, {}, small);
+  const std::vector<int32_t> doc = Tokens(41, 32);  // 10 blocks in the tier, 11 pages in L1
+  a.Run(GreedyRequest(doc, 3));
+  tier.Hold(/*after_blocks=*/2);  // two blocks arrive, then the tier stalls
+  auto y = b.Submit(GreedyRequest(doc, 6));
+  b.scheduler->Step();
+  tier.WaitForHeld(1);
+  b.scheduler->Cancel(b.ids[0]);
+  b.scheduler->Step();  // y ends; its 11 pages go back to the pool
+  Collected ys;
+  EXPECT_TRUE(Poll(*y, &ys));
+  EXPECT_EQ(ys.finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(ys.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(b.scheduler->GetStats().kv.usage_ratio, 0);
+  // z takes those pages (10 of the 12) and fetches nothing (the tier has none of its blocks).
+  const std::vector<int32_t> z_prompt = Tokens(38, 33);
+  auto z = b.Submit(GreedyRequest(z_prompt, 6));
+  Collected zs;
+  b.StepUntil([&] { return Poll(*z, &zs), zs.token_ids.size() >= 1; });
+  // Now y's fetch goes on: had it not been cancelled, it would write 8 blocks into z's pages.
+  tier.Release();
+  tier.WaitForNoFetch();
+  b.StepUntil([&] { return !b.scheduler->HasWork(); });
+  Poll(*z, &zs);
+  EXPECT_THAT(zs.token_ids, ElementsAreArray(Reference(z_prompt, 6)));
+}
+
+TEST(SchedulerKvTierTest, ARequestDeadlineEndsAFetchingSequence) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> doc = Tokens(30, 34);
+  a.Run(GreedyRequest(doc, 3));
+  tier.Hold();
+  GenerateRequest r = GreedyRequest(doc, 6);
+  r.deadline = b.clock.Now() + absl::Seconds(1);
+  auto y = b.Submit(std::move(r));
+  b.scheduler->Step();
+  tier.WaitForHeld(1);
+  b.clock.Advance(absl::Seconds(2));
+  b.scheduler->Step();
+  Collected ys;
+  EXPECT_TRUE(Poll(*y, &ys));
+  EXPECT_EQ(ys.finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(ys.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(b.scheduler->GetStats().kv.usage_ratio, 0);
+  EXPECT_FALSE(b.scheduler->HasWork());
+  tier.Release();
+}
+
+TEST(SchedulerKvTierTest, ATierThatDiesMidFetchLeavesWhatArrivedAndThePrefillOfTheRest) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  const std::vector<int32_t> doc = Tokens(41, 35);
+  a.Run(GreedyRequest(doc, 6));
+  tier.Hold(/*after_blocks=*/3);
+  auto y = b.Submit(GreedyRequest(doc, 6));
+  b.scheduler->Step();
+  tier.WaitForHeld(1);
+  tier.set_available(false);  // dies with 3 of its 10 blocks delivered
+  tier.Release();
+  b.StepUntil([&] { return !b.scheduler->HasWork(); });
+  Collected ys;
+  EXPECT_TRUE(Poll(*y, &ys));
+  EXPECT_EQ(ys.finish_reason, FinishReason::kLength);
+  EXPECT_THAT(ys.token_ids, ElementsAreArray(Reference(doc, 6)));
+  EXPECT_EQ(ys.usage.cached_prompt_tokens, 3 * kBs);
+}
+
+TEST(SchedulerKvTierTest, AFetchPastItsDeadlineIsGivenUpAndThePromptPrefilled) {
+  FakeKvTier tier(kBs * 8);
+  tier.set_fetch_timeout(absl::Seconds(1));
+  Router a(tier), b(tier);
+  const std::vector<int32_t> doc = Tokens(41, 36);
+  a.Run(GreedyRequest(doc, 6));
+  tier.Hold();  // never answers in time
+  auto y = b.Submit(GreedyRequest(doc, 6));
+  b.scheduler->Step();
+  EXPECT_EQ(b.scheduler->GetStats().num_fetching, 1);
+  b.clock.Advance(absl::Seconds(5));  // past its deadline and the grace
+  EXPECT_GT(b.scheduler->Step(), 0);  // given up: the whole prompt prefills
+  EXPECT_EQ(b.scheduler->GetStats().num_fetching, 0);
+  b.StepUntil([&] { return !b.scheduler->HasWork(); });
+  tier.Release();
+  Collected ys;
+  EXPECT_TRUE(Poll(*y, &ys));
+  EXPECT_THAT(ys.token_ids, ElementsAreArray(Reference(doc, 6)));
+  EXPECT_EQ(ys.usage.cached_prompt_tokens, 0);
+}
+
+TEST(SchedulerKvTierTest, FetchesInFlightAreBoundedTheRestPrefill) {
+  FakeKvTier tier(kBs * 8);
+  SchedulerOptions o;
+  o.kv_fetch_max_fetches = 1;
+  Router a(tier), b(tier, o);
+  const std::vector<int32_t> d1 = Tokens(30, 37), d2 = Tokens(30, 38);
+  std::vector<GenerateRequest> both;
+  both.push_back(GreedyRequest(d1, 4));
+  both.push_back(GreedyRequest(d2, 4));
+  a.Run(std::move(both));
+  tier.Hold();
+  auto y1 = b.Submit(GreedyRequest(d1, 4));
+  auto y2 = b.Submit(GreedyRequest(d2, 4));
+  EXPECT_EQ(b.scheduler->Step(), 30);  // y1 fetches; y2 found no slot and prefills
+  EXPECT_EQ(b.scheduler->GetStats().num_fetching, 1);
+  tier.Release();
+  b.StepUntil([&] { return !b.scheduler->HasWork(); });
+  Collected c1, c2;
+  Poll(*y1, &c1);
+  Poll(*y2, &c2);
+  EXPECT_THAT(c1.token_ids, ElementsAreArray(Reference(d1, 4)));
+  EXPECT_THAT(c2.token_ids, ElementsAreArray(Reference(d2, 4)));
+  EXPECT_EQ(c1.usage.cached_prompt_tokens, 7 * kBs);
+  EXPECT_EQ(c2.usage.cached_prompt_tokens, 0);
+}
+
+TEST(SchedulerKvTierTest, APreemptedFetchingSequenceIsCancelledAndComesBackTheSame) {
+  // 12 pages: y (33 tokens, 9 pages) fetches while x decodes; x's 4th page preempts y.
+  FakeKvTier tier(kBs * 8);
+  FakeModelRunnerOptions small{.num_kv_blocks = 12, .kv_block_size = kBs};
+  Router a(tier, {}, small), b(tier, {}, small);
+  const std::vector<int32_t> doc = Tokens(33, 39);
+  a.Run(GreedyRequest(doc, 3));
+  const std::vector<int32_t> x_prompt = Tokens(3, 40);
+  auto x = b.Submit(GreedyRequest(x_prompt, 12));  // arrives first: y is the victim
+  Collected xs, ys;
+  b.StepUntil([&] { return Poll(*x, &xs), xs.token_ids.size() >= 1; });
+  tier.Hold(/*after_blocks=*/1);
+  auto y = b.Submit(GreedyRequest(doc, 4));
+  b.StepUntil([&] { return b.scheduler->GetStats().num_fetching == 1; });
+  tier.WaitForHeld(1);
+  b.StepUntil([&] { return b.scheduler->GetStats().num_preemptions > 0; });
+  EXPECT_EQ(b.scheduler->GetStats().num_fetching, 0);  // cancelled with its pages
+  tier.Release();
+  tier.WaitForNoFetch();
+  b.StepUntil([&] { return !b.scheduler->HasWork(); });
+  Poll(*x, &xs);
+  Poll(*y, &ys);
+  EXPECT_THAT(xs.token_ids, ElementsAreArray(Reference(x_prompt, 12)));
+  EXPECT_THAT(ys.token_ids, ElementsAreArray(Reference(doc, 4)));
+}
+
+TEST(KvFetcherTest, BoundsFetchesAndBytesAndACancelledJobWritesNothing) {
+  FakeKvTier tier(kBs * 8);
+  FakeModelRunner runner(FakeModelRunnerOptions{.num_kv_blocks = 16, .kv_block_size = kBs});
+  std::vector<kv::BlockHash> hashes;
+  for (uint64_t i = 1; i <= 6; ++i) {
+    hashes.push_back(kv::BlockHash{i, i * 7});
+    tier.Store(hashes[0], std::span<const kv::BlockHash>(&hashes.back(), 1),
+               [&](size_t, std::span<uint8_t> dst) {
+                 std::fill(dst.begin(), dst.end(), static_cast<uint8_t>(i));
+               });
+  }
+  // Room for 2 jobs and 5 blocks' bytes.
+  KvFetcher fetcher({.num_threads = 2, .max_fetches = 2, .max_bytes = 5 * kBs * 8}, tier, runner,
+                    nullptr);
+  const absl::Time now = absl::UnixEpoch();
+  tier.Hold();
+  auto first = fetcher.Start(hashes[0], {hashes[0], hashes[1], hashes[2]}, {0, 1, 2},
+                             absl::Seconds(60), now, now);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->num_asked(), 3);
+  // Trimmed to the 2 blocks of bytes left.
+  auto second = fetcher.Start(hashes[0], {hashes[0], hashes[1], hashes[2], hashes[3]}, {4, 5, 6, 7},
+                              absl::Seconds(60), now, now);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->num_asked(), 2);
+  EXPECT_EQ(fetcher.bytes_in_flight(), 5 * kBs * 8);
+  // No job slot left.
+  EXPECT_EQ(fetcher.Start(hashes[0], {hashes[0]}, {8}, absl::Seconds(60), now, now), nullptr);
+  tier.WaitForHeld(2);
+  second->Cancel();
+  tier.Release();
+  tier.WaitForNoFetch();
+  for (int i = 0; i < 100000 && !(first->done() && second->done()); ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ASSERT_TRUE(first->done() && second->done());
+  EXPECT_EQ(first->num_fetched(), 3);
+  EXPECT_EQ(first->num_from_l2(), 3);
+  std::vector<uint8_t> page(static_cast<size_t>(kBs * 8));
+  ASSERT_TRUE(runner.ReadKvBlock(2, page).ok());
+  EXPECT_EQ(page[0], 3);  // the third hash's bytes, in the third page
+  // The cancelled job wrote nothing into its pages (they are still zero).
+  for (int32_t p : {4, 5}) {
+    ASSERT_TRUE(runner.ReadKvBlock(p, page).ok());
+    EXPECT_EQ(page[0], 0) << p;
+  }
+  EXPECT_EQ(fetcher.num_in_flight(), 0);
+  EXPECT_EQ(fetcher.bytes_in_flight(), 0);
 }
 
 TEST(SchedulerKvTierTest, ATierOfAnotherBlockSizeIsRefused) {

@@ -39,6 +39,12 @@ struct SchedulerOptions {
   std::vector<int32_t> eos_token_ids;
   // Seeds the per-request seeds drawn for requests that give none.
   uint64_t random_seed = 0x5eed;
+  // The kv tier's asynchronous fetches (scheduler.h; used only with a kv-store): fetch threads,
+  // fetches queued or running at once, and the bytes of blocks they may ask for together. A
+  // sequence that finds them all taken prefills its prefix instead of fetching it.
+  int64_t kv_fetch_threads = 4;
+  int64_t kv_fetch_max_fetches = 16;
+  int64_t kv_fetch_max_bytes = 512ll << 20;
 
   static void Describe(common::config::Schema<SchedulerOptions>& s) {
     s.Add("max_num_seqs", &SchedulerOptions::max_num_seqs, "sequences running at once")
@@ -61,6 +67,15 @@ struct SchedulerOptions {
           "token ids that end a request (default: the model's)")
         .Min(0);
     s.Add("random_seed", &SchedulerOptions::random_seed, "seeds requests that give no seed");
+    s.Add("kv_fetch_threads", &SchedulerOptions::kv_fetch_threads,
+          "threads running kv-store fetches (off the stepping thread)")
+        .Range(1, 64);
+    s.Add("kv_fetch_max_fetches", &SchedulerOptions::kv_fetch_max_fetches,
+          "kv-store fetches queued or running; beyond: the sequence prefills")
+        .Range(1, 1 << 16);
+    s.Add("kv_fetch_max_bytes", &SchedulerOptions::kv_fetch_max_bytes,
+          "bytes of blocks the fetches in flight may ask for; beyond: trimmed or prefilled")
+        .Range(1, int64_t{1} << 40);
   }
   // INVALID_ARGUMENT naming the first bad field.
   absl::Status Validate() const { return common::config::CheckFields(*this); }

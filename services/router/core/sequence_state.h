@@ -24,6 +24,9 @@ struct SequenceState {
   int64_t num_slots = 0;
   int64_t num_computed = 0;
   bool running = false;  // holds KV blocks, and is in the running queue
+  // Running, and waiting for its further prompt prefix from the kv tier (scheduler.h): its
+  // uncomputed pages are being written by a fetch thread, so no stage plans a chunk for it.
+  bool fetching = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   // Running, with a newest token (sampled last step) that has no KV slot yet: it decodes next.

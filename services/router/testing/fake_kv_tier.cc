@@ -2,12 +2,75 @@
 
 namespace moe::router::testing {
 
+void FakeKvTier::Corrupt(const kv::BlockHash& hash) {
+  absl::MutexLock lock(&mu_);
+  corrupt_.insert(hash);
+}
+
+void FakeKvTier::MoveToL3(const kv::BlockHash& hash) {
+  absl::MutexLock lock(&mu_);
+  in_l3_.insert(hash);
+}
+
 void FakeKvTier::Clear() {
+  absl::MutexLock lock(&mu_);
   blocks_.clear();
   corrupt_.clear();
   in_l3_.clear();
-  absl::MutexLock lock(&mu_);
   responses_.clear();
+}
+
+void FakeKvTier::Hold(int64_t after_blocks) {
+  absl::MutexLock lock(&mu_);
+  held_ = true;
+  hold_after_ = after_blocks;
+}
+
+void FakeKvTier::Release() {
+  absl::MutexLock lock(&mu_);
+  held_ = false;
+}
+
+void FakeKvTier::WaitForHeld(int64_t n) {
+  absl::MutexLock lock(&mu_);
+  auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return num_held_ >= n; };
+  mu_.Await(absl::Condition(&reached));
+}
+
+void FakeKvTier::WaitForNoFetch() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return num_active_ == 0; };
+  mu_.Await(absl::Condition(&idle));
+}
+
+bool FakeKvTier::Contains(const kv::BlockHash& hash) const {
+  absl::MutexLock lock(&mu_);
+  return blocks_.contains(hash);
+}
+
+int64_t FakeKvTier::num_blocks() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(blocks_.size());
+}
+
+int64_t FakeKvTier::num_stored() const {
+  absl::MutexLock lock(&mu_);
+  return num_stored_;
+}
+
+int64_t FakeKvTier::num_dropped() const {
+  absl::MutexLock lock(&mu_);
+  return num_dropped_;
+}
+
+int64_t FakeKvTier::num_fetched() const {
+  absl::MutexLock lock(&mu_);
+  return num_fetched_;
+}
+
+int64_t FakeKvTier::num_fetch_calls() const {
+  absl::MutexLock lock(&mu_);
+  return num_fetch_calls_;
 }
 
 int64_t FakeKvTier::num_response_lookups() const {
@@ -20,14 +83,27 @@ int64_t FakeKvTier::num_responses() const {
   return static_cast<int64_t>(responses_.size());
 }
 
-void FakeKvTier::Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer) {
+void FakeKvTier::Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
   ++num_fetch_calls_;
+  ++num_active_;
+  const absl::Time deadline = absl::Now() + std::min(timeout, fetch_timeout_);
   for (size_t i = 0; i < fetches.size(); ++i) {
     KvFetch& f = fetches[i];
     f.num_fetched = 0;
     f.num_from_l2 = 0;
-    if (!available_) continue;
+    bool waited = false;
     for (size_t j = 0; j < f.hashes.size(); ++j) {
+      if (!waited && held_ && static_cast<int64_t>(j) >= hold_after_) {
+        // A slow tier: wait at the latch (the mutex is released meanwhile).
+        waited = true;
+        ++num_held_;
+        auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
+        const bool in_time = mu_.AwaitWithDeadline(absl::Condition(&released), deadline);
+        --num_held_;
+        if (!in_time) break;  // its deadline passed at the latch: what arrived counts
+      }
+      if (!available_) break;
       if (max_fetch_blocks_ >= 0 && static_cast<int64_t>(j) >= max_fetch_blocks_) break;
       auto it = blocks_.find(f.hashes[j]);
       if (it == blocks_.end()) break;
@@ -43,16 +119,18 @@ void FakeKvTier::Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer) {
       if (!in_l3_.contains(f.hashes[j])) ++f.num_from_l2;
     }
   }
+  --num_active_;
 }
 
 int64_t FakeKvTier::Store(const kv::BlockHash&, std::span<const kv::BlockHash> hashes,
                           absl::FunctionRef<void(size_t, std::span<uint8_t>)> read) {
+  absl::MutexLock lock(&mu_);
   if (!available_) {
     num_dropped_ += static_cast<int64_t>(hashes.size());
     return 0;
   }
   int64_t n = static_cast<int64_t>(hashes.size());
-  if (store_capacity_ >= 0) n = std::min(n, store_capacity_);
+  if (store_capacity_ >= 0) n = std::min<int64_t>(n, store_capacity_);
   for (int64_t i = 0; i < n; ++i) {
     std::string data(static_cast<size_t>(block_bytes_), '\0');
     read(static_cast<size_t>(i), {reinterpret_cast<uint8_t*>(data.data()), data.size()});

@@ -1,10 +1,12 @@
 // An in-memory KvTier for scheduler tests: blocks by hash (each "in" L2 or L3), a store queue of
 // bounded capacity that lands at once, knobs for an unavailable tier, a fetch deadline that cuts
-// a fetch short, and corrupt blocks. Several schedulers (routers) may share one.
+// a fetch short, corrupt blocks, and a latch that holds fetches part way (a slow tier, with no
+// timing: the test decides when they go on). Several schedulers (routers) may share one.
 //
-// Thread-compatible: tests drive it from the stepping threads one at a time, or guard it.
+// Thread-safe (fetches run on the schedulers' fetch threads while their stepping threads store).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -31,17 +33,28 @@ class FakeKvTier final : public KvTier {
   void set_response_cache(bool on) { response_cache_ = on; }
   void set_fidelity(std::string f) { fidelity_ = std::move(f); }
   // The block arrives but fails verification (as a checksum mismatch would).
-  void Corrupt(const kv::BlockHash& hash) { corrupt_.insert(hash); }
+  void Corrupt(const kv::BlockHash& hash) ABSL_LOCKS_EXCLUDED(mu_);
   // Later fetches report the block as found in L3.
-  void MoveToL3(const kv::BlockHash& hash) { in_l3_.insert(hash); }
-  void Clear();
+  void MoveToL3(const kv::BlockHash& hash) ABSL_LOCKS_EXCLUDED(mu_);
+  void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
-  bool Contains(const kv::BlockHash& hash) const { return blocks_.contains(hash); }
-  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
-  int64_t num_stored() const { return num_stored_; }    // blocks queued by Store
-  int64_t num_dropped() const { return num_dropped_; }  // blocks Store dropped
-  int64_t num_fetched() const { return num_fetched_; }  // blocks delivered intact
-  int64_t num_fetch_calls() const { return num_fetch_calls_; }
+  // The latch: while held, each fetch delivers its first `after_blocks` blocks, then waits
+  // (its timeout aside) until Release(); then it goes on, finding the tier as it is by then
+  // (set_available(false) meanwhile: the tier died mid-fetch). Release() also lets through
+  // every later fetch. WaitForHeld(n) blocks until n fetches are waiting at the latch.
+  void Hold(int64_t after_blocks = 0) ABSL_LOCKS_EXCLUDED(mu_);
+  void Release() ABSL_LOCKS_EXCLUDED(mu_);
+  void WaitForHeld(int64_t n) ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until no Fetch call is running (every one has returned).
+  void WaitForNoFetch() ABSL_LOCKS_EXCLUDED(mu_);
+  void set_fetch_timeout(absl::Duration d) { fetch_timeout_ = d; }
+
+  bool Contains(const kv::BlockHash& hash) const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t num_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t num_stored() const ABSL_LOCKS_EXCLUDED(mu_);   // blocks queued by Store
+  int64_t num_dropped() const ABSL_LOCKS_EXCLUDED(mu_);  // blocks Store dropped
+  int64_t num_fetched() const ABSL_LOCKS_EXCLUDED(mu_);  // blocks delivered intact
+  int64_t num_fetch_calls() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t num_response_lookups() const;
   int64_t num_responses() const;
 
@@ -49,7 +62,8 @@ class FakeKvTier final : public KvTier {
   bool enabled() const override { return true; }
   std::string_view fidelity() const override { return fidelity_; }
   int64_t block_bytes() const override { return block_bytes_; }
-  void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer) override;
+  absl::Duration fetch_timeout() const override { return fetch_timeout_; }
+  void Fetch(std::span<KvFetch> fetches, KvBlockWriter& writer, absl::Duration timeout) override;
   int64_t Store(const kv::BlockHash& shard_key, std::span<const kv::BlockHash> hashes,
                 absl::FunctionRef<void(size_t, std::span<uint8_t>)> read) override;
   bool response_cache_enabled() const override { return response_cache_; }
@@ -58,18 +72,26 @@ class FakeKvTier final : public KvTier {
 
  private:
   const int64_t block_bytes_;
-  bool available_ = true;
-  int64_t store_capacity_ = -1;
-  int64_t max_fetch_blocks_ = -1;
-  bool response_cache_ = false;
+  // Knobs: set between steps (the fetch threads read them).
+  std::atomic<bool> available_ = true;
+  std::atomic<int64_t> store_capacity_ = -1;
+  std::atomic<int64_t> max_fetch_blocks_ = -1;
+  std::atomic<bool> response_cache_ = false;
   std::string fidelity_ = "exact";
-  absl::flat_hash_map<kv::BlockHash, std::string> blocks_;
-  absl::flat_hash_set<kv::BlockHash> corrupt_;
-  absl::flat_hash_set<kv::BlockHash> in_l3_;
-  int64_t num_stored_ = 0, num_dropped_ = 0, num_fetched_ = 0, num_fetch_calls_ = 0;
+  absl::Duration fetch_timeout_ = absl::Seconds(60);
 
-  // Responses are looked up from Submit (any thread).
   mutable absl::Mutex mu_;
+  absl::flat_hash_map<kv::BlockHash, std::string> blocks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<kv::BlockHash> corrupt_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<kv::BlockHash> in_l3_ ABSL_GUARDED_BY(mu_);
+  int64_t num_stored_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_fetched_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_fetch_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t hold_after_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_held_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_active_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<kv::BlockHash, CachedResponse> responses_ ABSL_GUARDED_BY(mu_);
   int64_t num_response_lookups_ ABSL_GUARDED_BY(mu_) = 0;
 };
