@@ -1,6 +1,5 @@
 #include "services/gateway/grpc_backend.h"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -8,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "common/base/log.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/status.h"
@@ -131,10 +129,6 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
   void StartAttempt();
   void Cancel();
-  // A message came from the router.
-  void Touch() { last_activity_ns_.store(absl::GetCurrentTimeNanos()); }
-  // From the watchdog: cancels the attempt when it has been silent for `timeout`.
-  void CancelIfStalled(int64_t now_ns, absl::Duration timeout);
   // From the attempt's reactor.
   void OnAttemptDone(const grpc::Status& status, bool got_message, bool finished);
   GenerateObserver& observer() { return *observer_; }
@@ -152,11 +146,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
   const int max_attempts_;
   int attempt_ = 0;  // used only by the serial attempt chain
 
-  std::atomic<int64_t> last_activity_ns_{0};
-
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool stalled_ ABSL_GUARDED_BY(mu_) = false;  // the current attempt was cancelled as stalled
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
@@ -178,7 +169,6 @@ class Reactor final : public grpc::ClientReadReactor<pb::GenerateResponse> {
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
     got_message_ = true;
-    state_->Touch();
     GenerateUpdate u = FromProto(response_);
     if (u.finish != FinishReason::kNone) finished_ = true;
     state_->observer().OnUpdate(std::move(u));
@@ -236,7 +226,6 @@ class Backend final : public GrpcBackend {
       stop_ = true;
     }
     if (poller_.joinable()) poller_.join();
-    if (watchdog_.joinable()) watchdog_.join();
     // Calls still unwinding on gRPC threads use the stubs: let them finish first.
     for (int i = 0; i < 5000 && g_live_reactors.load() > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -255,7 +244,6 @@ class Backend final : public GrpcBackend {
       routers_.push_back(std::move(conn));
     }
     poller_ = std::thread([this] { PollLoop(); });
-    watchdog_ = std::thread([this] { WatchLoop(); });
     return absl::OkStatus();
   }
 
@@ -275,10 +263,6 @@ class Backend final : public GrpcBackend {
     auto state =
         std::make_shared<CallState>(this, std::move(request), std::move(proto), std::move(observer),
                                     std::move(order), options_.max_attempts);
-    {
-      absl::MutexLock lock(&calls_mu_);
-      calls_.push_back(state);
-    }
     state->StartAttempt();
     return std::make_unique<Handle>(std::move(state));
   }
@@ -308,7 +292,6 @@ class Backend final : public GrpcBackend {
   }
 
   RouterConn& router(int i) { return *routers_[i]; }
-  absl::Duration stall_timeout() const { return options_.stall_timeout; }
 
  private:
   void PollOnce() {
@@ -360,32 +343,6 @@ class Backend final : public GrpcBackend {
     }
   }
 
-  // Cancels router streams silent for options_.stall_timeout (checked 10 times per timeout,
-  // at least every 100 ms); forgets finished calls.
-  void WatchLoop() {
-    const absl::Duration tick = std::min(options_.stall_timeout / 10, absl::Milliseconds(100));
-    for (;;) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), tick)) return;
-      }
-      std::vector<std::shared_ptr<CallState>> live;
-      {
-        absl::MutexLock lock(&calls_mu_);
-        size_t kept = 0;
-        for (size_t i = 0; i < calls_.size(); ++i) {
-          if (std::shared_ptr<CallState> c = calls_[i].lock()) {
-            live.push_back(std::move(c));
-            calls_[kept++] = std::move(calls_[i]);
-          }
-        }
-        calls_.resize(kept);
-      }
-      const int64_t now = absl::GetCurrentTimeNanos();
-      for (const auto& c : live) c->CancelIfStalled(now, options_.stall_timeout);
-    }
-  }
-
   const RoutingOptions options_;
   const std::string model_id_;
   mutable absl::Mutex root_mu_;
@@ -396,9 +353,6 @@ class Backend final : public GrpcBackend {
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread poller_;
-  absl::Mutex calls_mu_;
-  std::vector<std::weak_ptr<CallState>> calls_ ABSL_GUARDED_BY(calls_mu_);  // started calls
-  std::thread watchdog_;
 };
 
 void CallState::StartAttempt() {
@@ -409,9 +363,7 @@ void CallState::StartAttempt() {
     absl::MutexLock lock(&mu_);
     cancelled = cancelled_;
     if (!cancelled) context_ = reactor->context();
-    stalled_ = false;
   }
-  Touch();
   if (!request_.http_request_id.empty()) {
     reactor->context()->AddMetadata(kRequestIdHeader, request_.http_request_id);
   }
@@ -429,33 +381,17 @@ void CallState::Cancel() {
   if (context_ != nullptr) context_->TryCancel();
 }
 
-void CallState::CancelIfStalled(int64_t now_ns, absl::Duration timeout) {
-  if (now_ns - last_activity_ns_.load() < absl::ToInt64Nanoseconds(timeout)) return;
-  absl::MutexLock lock(&mu_);
-  if (context_ == nullptr || cancelled_ || stalled_) return;
-  stalled_ = true;
-  context_->TryCancel();
-}
-
-void CallState::OnAttemptDone(const grpc::Status& done_status, bool got_message, bool finished) {
+void CallState::OnAttemptDone(const grpc::Status& status, bool got_message, bool finished) {
   if (finished) return;
-  bool cancelled, stalled;
+  bool cancelled;
   {
     absl::MutexLock lock(&mu_);
     cancelled = cancelled_;
-    stalled = stalled_;
   }
   if (cancelled) {
     observer_->OnFailed(absl::CancelledError("cancelled"));
     return;
   }
-  // Cancelled by the watchdog: the router did not answer in time, as if it were down.
-  const grpc::Status status =
-      stalled && !done_status.ok()
-          ? grpc::Status(
-                grpc::StatusCode::UNAVAILABLE,
-                absl::StrCat("no response for ", absl::FormatDuration(backend_->stall_timeout())))
-          : done_status;
   const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                          status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
   if (!got_message && retryable && attempt_ + 1 < static_cast<int>(order_.size()) &&

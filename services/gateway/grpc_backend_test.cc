@@ -39,12 +39,6 @@ class FakeRouter final : public pb::Router::Service {
       last_ = *req;
     }
     if (reject_) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "queue full");
-    if (stall_) {  // a hung router: accepts the call, never answers
-      while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(1));
-      absl::MutexLock lock(&mu_);
-      ++cancelled_;
-      return grpc::Status::CANCELLED;
-    }
     const int n = req->max_tokens();
     for (int i = 0; i < n; ++i) {
       pb::GenerateResponse r;
@@ -99,7 +93,6 @@ class FakeRouter final : public pb::Router::Service {
 
   bool hold_ = false;
   bool reject_ = false;
-  bool stall_ = false;
   int waiting_ = 0;
   std::string fingerprint_;  // non-empty: GetStats publishes a KV namespace
 
@@ -264,42 +257,6 @@ TEST(GrpcBackendTest, AllRoutersFailingIsUnavailable) {
   auto call = backend->Generate(Request(1), collector);
   ASSERT_TRUE(collector->Wait());
   EXPECT_EQ(collector->status_.code(), absl::StatusCode::kResourceExhausted);
-}
-
-TEST(GrpcBackendTest, AStalledRouterIsRetriedOnAnotherBeforeTheFirstToken) {
-  FakeRouter hung("hung"), live("live");
-  hung.stall_ = true;
-  RoutingOptions options = Routing({hung.target(), live.target()});
-  options.stall_timeout = absl::Milliseconds(200);
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(options, "tiny"));
-  for (int i = 0; i < 4; ++i) {
-    auto collector = std::make_shared<Collector>();
-    GenerateRequest r = Request(2);
-    r.prompt_token_ids = {i * 11, 1, 2};
-    auto call = backend->Generate(r, collector);
-    ASSERT_TRUE(collector->Wait());
-    EXPECT_TRUE(collector->status_.ok()) << collector->status_;
-    EXPECT_EQ(collector->finish_, FinishReason::kLength);
-  }
-  EXPECT_EQ(live.calls(), 4);
-  EXPECT_GT(hung.calls(), 0);  // some requests went to the hung router first, and came back
-  EXPECT_TRUE(hung.WaitCancelled());
-}
-
-TEST(GrpcBackendTest, AStreamThatFallsSilentAfterItsFirstTokenFailsAsUnavailable) {
-  FakeRouter router("a");
-  router.hold_ = true;  // one token, then nothing
-  RoutingOptions options = Routing({router.target()});
-  options.stall_timeout = absl::Milliseconds(200);
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(options, "tiny"));
-  auto collector = std::make_shared<Collector>();
-  auto call = backend->Generate(Request(4), collector);
-  ASSERT_TRUE(collector->Wait());
-  EXPECT_EQ(collector->tokens_.size(), 1u);
-  EXPECT_EQ(collector->status_.code(), absl::StatusCode::kUnavailable) << collector->status_;
-  EXPECT_THAT(std::string(collector->status_.message()), ::testing::HasSubstr("no response for"));
-  EXPECT_TRUE(router.WaitCancelled());
-  EXPECT_EQ(router.calls(), 1);  // streamed already: not retried
 }
 
 TEST(GrpcBackendTest, CancelEndsTheRouterStream) {

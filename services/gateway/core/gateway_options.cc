@@ -75,9 +75,6 @@ void RoutingOptions::Describe(config::Schema<RoutingOptions>& s) {
       .Min(absl::Milliseconds(10));
   s.Add("max_attempts", &RoutingOptions::max_attempts, "routers tried before the first token")
       .Range(1, 64);
-  s.Add("stall_timeout", &RoutingOptions::stall_timeout,
-        "a router stream silent this long is cancelled (retried before its first token)")
-      .Min(absl::Milliseconds(10));
 }
 
 void RealtimeOptions::Describe(config::Schema<RealtimeOptions>& s) {

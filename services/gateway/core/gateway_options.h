@@ -75,10 +75,6 @@ struct RoutingOptions {
   absl::Duration stats_interval = absl::Milliseconds(500);  // GetStats polling
   absl::Duration connect_timeout = absl::Seconds(2);
   int32_t max_attempts = 3;  // routers tried before the first token
-  // A router stream that delivers nothing for this long (a hung router, a peer that accepts
-  // and never answers) is cancelled: retried on the next router before its first token, an
-  // error after it. Long enough for a queued request's wait plus its prefill.
-  absl::Duration stall_timeout = absl::Seconds(120);
   // How the gateway dials the routers: TLS / mTLS (the gateway's client certificate) or a
   // token file (common/grpc/auth.h).
   common::rpc::ChannelOptions channel;
