@@ -115,18 +115,27 @@ std::optional<std::string> HttpClient::ReadChunk() {
 std::optional<HttpResponse> HttpClient::Read() {
   std::optional<HttpResponse> r = ReadHeaders();
   if (!r) return std::nullopt;
-  if (r->headers["transfer-encoding"] == "chunked") {
+  std::optional<std::string> body = ReadBody(*r);
+  if (!body) return std::nullopt;
+  r->body = *std::move(body);
+  return r;
+}
+
+std::optional<std::string> HttpClient::ReadBody(const HttpResponse& head) {
+  std::string body;
+  auto te = head.headers.find("transfer-encoding");
+  if (te != head.headers.end() && te->second == "chunked") {
     for (;;) {
       std::optional<std::string> chunk = ReadChunk();
       if (!chunk) return std::nullopt;
       if (chunk->empty()) break;
-      r->body += *chunk;
+      body += *chunk;
     }
-  } else if (auto it = r->headers.find("content-length"); it != r->headers.end()) {
+  } else if (auto it = head.headers.find("content-length"); it != head.headers.end()) {
     const size_t n = std::strtoul(it->second.c_str(), nullptr, 10);
-    if (!Pull([&] { return parser_.ParseBytes(n, r->body); })) return std::nullopt;
+    if (!Pull([&] { return parser_.ParseBytes(n, body); })) return std::nullopt;
   }
-  return r;
+  return body;
 }
 
 std::optional<HttpResponse> HttpClient::Request(std::string_view method, std::string_view path,

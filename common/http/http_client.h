@@ -55,6 +55,8 @@ class HttpClient {
                                       std::string_view body = "", std::string_view auth = "");
   // Reads a response's status line and headers only (for streams: then ReadChunk).
   std::optional<HttpResponse> ReadHeaders();
+  // Reads the body that follows `head` (from ReadHeaders): chunked, by Content-Length, or none.
+  std::optional<std::string> ReadBody(const HttpResponse& head);
   // Reads the next chunk of a chunked body; "" at its end.
   std::optional<std::string> ReadChunk();
   // Drops the connection (mid-stream too).

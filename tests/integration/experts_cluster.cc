@@ -14,6 +14,7 @@
 #include "common/http/http_client.h"
 #include "common/process/listening.h"
 #include "grpcpp/client_context.h"
+#include "nlohmann/json.hpp"
 
 namespace moe::testing {
 std::string BinPath(const std::string& name) {
@@ -29,11 +30,12 @@ absl::StatusOr<Proc> LaunchService(std::vector<std::string> argv, const std::str
   Proc p;
   p.child = *std::move(child);
   auto ports = common::process::WaitForListeningLine(*p.child, absl::Seconds(30));
-  if (!ports.ok() || !ports->grpc) {
+  if (!ports.ok() || (!ports->grpc && !ports->http)) {
     return absl::Status(ports.ok() ? absl::StatusCode::kInternal : ports.status().code(),
                         absl::StrCat(binary, ": no listening line: ", p.child->Stderr()));
   }
-  p.grpc_port = *ports->grpc;
+  p.grpc_port = ports->grpc.value_or(0);
+  p.http_port = ports->http.value_or(0);
   p.metrics_port = ports->metrics.value_or(0);
   // Services print nothing else on stdout; drained all the same, so none can block on it.
   p.child->DrainStdout();
@@ -54,12 +56,13 @@ absl::StatusOr<Proc> StartWorker(const std::string& model_dir,
 absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
                                  const std::vector<std::string>& workers,
                                  const std::vector<std::string>& placement, int replicas,
-                                 const std::string& dir, const std::string& transport) {
+                                 const std::string& dir, const std::string& transport, int port,
+                                 const std::string& extra_yaml) {
   static int n = 0;
   const std::string config = absl::StrCat(dir, "/router", ++n, ".yaml");
   std::ofstream f(config);
   f << "core:\n  model_dir: \"" << model_dir << "\"\n  num_threads: 1\n"
-    << "grpc:\n  host: 127.0.0.1\n  port: 0\n  drain_timeout: 1s\n"
+    << "grpc:\n  host: 127.0.0.1\n  port: " << port << "\n  drain_timeout: 1s\n"
     << "metrics:\n  host: 127.0.0.1\n  port: 0\n";
   if (!workers.empty()) {
     f << "experts:\n  replicas: " << replicas << "\n  call_timeout: 2s\n"
@@ -70,9 +73,106 @@ absl::StatusOr<Proc> StartRouter(const std::string& model_dir,
       for (const auto& p : placement) f << "    - \"" << p << "\"\n";
     }
   }
+  f << extra_yaml;
   f.close();
   return LaunchService({BinPath("router"), "--config", config},
                        absl::StrCat(dir, "/router", n, ".log"));
+}
+
+absl::StatusOr<Proc> StartGateway(const std::string& model_dir,
+                                  const std::vector<std::string>& routers, const std::string& dir,
+                                  const std::vector<std::string>& sets) {
+  static int n = 0;
+  std::vector<std::string> argv = {BinPath("gateway"),
+                                   "--set",
+                                   "model_dir=" + model_dir,
+                                   "--set",
+                                   "http.host=127.0.0.1",
+                                   "--set",
+                                   "http.port=0",
+                                   "--set",
+                                   "http.drain_timeout=1s",
+                                   "--set",
+                                   "routing.routers=" + absl::StrJoin(routers, ",")};
+  for (const std::string& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  auto gateway = LaunchService(std::move(argv), absl::StrCat(dir, "/gateway", ++n, ".log"));
+  if (!gateway.ok()) return gateway;
+  // Ready once it has seen a router up (its /readyz).
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < until) {
+    auto r = common::http::HttpCall(gateway->http_port, "GET", "/readyz");
+    if (r && r->status == 200) return gateway;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError("gateway: /readyz not 200 within 30 s");
+}
+
+SseResult StreamCompletion(int gateway_port, const std::string& model,
+                           const std::vector<int32_t>& prompt, int max_tokens,
+                           absl::Duration deadline, const std::function<void()>& on_event) {
+  const absl::Time start = absl::Now();
+  SseResult r;
+  nlohmann::json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens},
+                         {"stream", true}, {"temperature", 0}, {"ignore_eos", true}};
+  common::http::HttpClient client(gateway_port, deadline);
+  auto finish = [&] {
+    r.elapsed = absl::Now() - start;
+    return r;
+  };
+  if (!client.Send("POST", "/v1/completions", body.dump())) return finish();
+  auto head = client.ReadHeaders();
+  if (!head) return finish();
+  r.status = head->status;
+  if (r.status != 200) {
+    std::optional<std::string> error = client.ReadBody(*head);
+    if (error) {
+      nlohmann::json j = nlohmann::json::parse(*error, nullptr, /*allow_exceptions=*/false);
+      r.error = !j.is_discarded() && j.contains("error") && j["error"].is_object()
+                    ? j["error"].value("message", *error)
+                    : *error;
+      r.ended = true;
+    }
+    return finish();
+  }
+  std::string pending;
+  while (absl::Now() - start < deadline) {
+    std::optional<std::string> chunk = client.ReadChunk();
+    if (!chunk) break;  // failed, closed or timed out without the last chunk
+    if (chunk->empty()) {
+      r.ended = true;
+      break;
+    }
+    pending += *chunk;
+    size_t end;
+    while ((end = pending.find("\n\n")) != std::string::npos) {
+      std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (!absl::StartsWith(event, "data: ")) continue;
+      const std::string data = event.substr(6);
+      if (data == "[DONE]") {
+        r.done = true;
+      } else {
+        nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded()) {
+          r.finish_reason = "malformed event: " + data;  // neither text nor error: lost
+        } else if (j.contains("error")) {
+          r.error = j["error"].is_object() ? j["error"].value("message", j["error"].dump())
+                                           : j["error"].dump();
+        } else if (j.contains("choices") && !j["choices"].empty()) {
+          const auto& c = j["choices"][0];
+          if (c.contains("text") && c["text"].is_string()) r.text += c["text"].get<std::string>();
+          if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
+            r.finish_reason = c["finish_reason"].get<std::string>();
+          }
+        }
+      }
+      if (on_event) on_event();
+    }
+  }
+  return finish();
 }
 
 double Metric(const Proc& proc, const std::string& sample) {
