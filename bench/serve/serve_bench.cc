@@ -686,7 +686,7 @@ absl::StatusOr<std::string> MoeLine(const Ctx& ctx, std::vector<std::string> arg
 
 // Expert load before and after a recalibration, live: a cluster of 1 router + 3 expert workers
 // on a zipf:1.2 gate-skewed small model; 16 streams of short prompts (phase 1), `moe admin
-// calibrate-router` (the operator's own command), the same traffic again (phase 2). Each
+// calibrate-router` (the operator's own command), the same load again (phase 2). Each
 // phase's load is the difference of `moe admin stats` before and after it. Figure:
 // balancedness_after_recalibration_live = the worst layer's measured worker balancedness in
 // phase 2 (what the coordinator judges), baseline phase 1's.
@@ -726,10 +726,11 @@ absl::Status Recalibration(Ctx& ctx, Systems&) {
   std::vector<ExpertLoad> samples;
   nlohmann::json calibration;
   absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(auto reqs, ShortPrompts(ctx, n, 32, 32, 51));
     ASSIGN_OR_RETURN(auto warm, ShortPrompts(ctx, 2, 4, 4, 52));
     RunWorkload(c.port, c.model, warm, {.max_concurrency = 2, .timeout_s = 120});
     for (int phase = 0; phase < 2; ++phase) {
+      // Fresh prompts per phase (same lengths), so phase 2 does not skip prefill in L1.
+      ASSIGN_OR_RETURN(auto reqs, ShortPrompts(ctx, n, 32, 32, 53 + phase));
       ASSIGN_OR_RETURN(ExpertLoad s0, stats());
       if (phase == 0) samples.push_back(s0);
       const ServeSummary x = Summarize(
