@@ -1,5 +1,6 @@
 #include "bench/common/goals.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -91,11 +92,13 @@ TEST(GoalsTest, SummaryNamesEveryGoalAndWhyItIsMissingOrUnjudged) {
 }
 
 TEST(GoalsTest, TableIsWellFormedAndEveryFigureIsInTheReadme) {
-  std::ifstream in(std::string(MOE_SOURCE_DIR) + "/bench/README.md");
+  // ctest sets MOE_SOURCE_DIR in the environment (cmake/MoeHelpers.cmake).
+  const char* env = std::getenv("MOE_SOURCE_DIR");
+  std::ifstream in(std::string(env ? env : MOE_SOURCE_DIR) + "/bench/README.md");
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string readme = ss.str();
-  ASSERT_FALSE(readme.empty());
+  ASSERT_FALSE(readme.empty()) << "bench/README.md not found (MOE_SOURCE_DIR)";
   const std::set<std::string> ops = {">=", "<=", ">", "<", ""};
   for (const Goal& g : Goals()) {
     EXPECT_TRUE(g.of == "value" || g.of == "ratio") << g.figure;
