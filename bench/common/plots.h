@@ -5,7 +5,13 @@
 //   serve-load.png       output tok/s and p90 TTFT vs offered Poisson rate, both systems
 //   serve-kv.png         router L1 KV usage and prefix-hit rate (per 200 ms window) over the
 //                        shared-prefix, multi-turn and trace workloads
-// A new plot (tier hit rates, voice stages) is one more entry in plots.cc's table.
+//   serve-kv-tiers.png   prefix-cache hit rate of L1, L2 and L3 (cumulative) over a workload
+//                        whose documents exceed L1 and L2 (router and kv-store /metrics)
+//   serve-expert-heatmap.png  per-(layer, expert) share and per-(layer, worker) load before
+//                        and after `moe admin calibrate-router` on a zipf-skewed model
+//   voice-stages.png     `moe bench voice`'s per-stage medians, stacked, speculative prefill
+//                        on and off, with the measured first-audio p50
+// A new plot is one more entry in plots.cc's table (several panels: Plot::panels).
 #pragma once
 
 #include <string>

@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "bench/common/bench_report.h"
+#include "bench/common/goals.h"
 #include "bench/common/plots.h"
 #include "common/process/child_process.h"
 #include "nlohmann/json.hpp"
@@ -109,6 +110,17 @@ absl::StatusOr<std::vector<SuiteRun>> RunAllSuites(const RunAllOptions& o,
                              {"results", run.results}});
     runs.push_back(std::move(run));
   }
+  all["goals"] = ApplyGoals(Goals(), all["results"], all["suites"]);
+  int met = 0, missed = 0, open = 0;
+  for (const nlohmann::json& g : all["goals"]) {
+    if (g["met"].is_boolean()) {
+      (g["met"].get<bool>() ? met : missed) += 1;
+    } else {
+      ++open;
+    }
+  }
+  std::fprintf(stderr, "moe bench all: goals: %d met, %d missed, %d not judged (results.json)\n",
+               met, missed, open);
   PlotSet plots = MakePlots(o.dir);
   all["plots"] = plots.written;
   if (!plots.skipped_reason.empty()) all["plots_skipped"] = plots.skipped_reason;

@@ -2,7 +2,9 @@
 // with a time budget, into one run directory:
 //   <dir>/results.json     DESIGN.md §6 schema, suite "all": every suite's results (each with
 //                          params.suite), plus "suites": [{name, status ok|skipped, reason,
-//                          seconds, budget_s}] and "plots": [file names]
+//                          seconds, budget_s}], "plots": [file names], and "goals": every
+//                          issue's goal figure with its verdict (goals.h; matching results
+//                          carry theirs in "goals" too)
 //   <dir>/<suite>.json     the suite's own report;  <dir>/<suite>.log  its stderr
 //   <dir>/*.dat            samples the suites wrote (SuiteOptions::artifacts_dir)
 //   <dir>/*.png            the plots (plots.h), when gnuplot is installed

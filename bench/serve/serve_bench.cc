@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -28,12 +29,15 @@
 #include "absl/time/clock.h"
 #include "bench/common/suite.h"
 #include "bench/engine/engine_bench.h"
+#include "bench/serve/expert_load.h"
 #include "bench/serve/serve_client.h"
 #include "bench/serve/serve_stats.h"
 #include "bench/serve/servers.h"
 #include "bench/serve/workload.h"
 #include "common/base/status_macros.h"
 #include "common/http/http_client.h"
+#include "common/model/make_model.h"
+#include "common/process/child_process.h"
 #include "nlohmann/json.hpp"
 
 #ifndef MOE_SOURCE_DIR
@@ -109,6 +113,9 @@ struct Ctx {
   BenchReport& report;
   Slo slo;
   int32_t vocab_size = 1024;
+  std::string moe;        // the `moe` CLI (scenarios that start their own cluster)
+  std::string model_dir;  // the checkpoint both systems serve
+  std::string work;       // config files and logs
 };
 
 void WriteFile(const std::string& path, const std::string& text) {
@@ -116,7 +123,9 @@ void WriteFile(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// Router-side KV usage and L1 prefix-hit counters, sampled every `period` while a run goes on.
+// Router-side KV usage and the prefix-cache counters of every tier (L1: the router's pool; L2,
+// L3: the kv-store, as the router counts its lookups there), sampled every `period` while a run
+// goes on.
 class KvSampler {
  public:
   KvSampler(std::vector<int> ports, absl::Duration period)
@@ -150,10 +159,34 @@ class KvSampler {
     }
     return out;
   }
-  double HitRate() const {
+  // "t_s rate_l1 rate_l2 rate_l3 (cumulative since the first sample; NaN before a tier's first
+  // lookup) hits_l1 queries_l1 hits_l2 ...", one sample per line.
+  std::string TierTable() const {
+    std::string out =
+        "# t_s hit_rate_l1 hit_rate_l2 hit_rate_l3 (cumulative) hits_l1 queries_l1 hits_l2 "
+        "queries_l2 hits_l3 queries_l3\n";
+    for (const Row& r : rows_) {
+      absl::StrAppend(&out, r.t);
+      for (int t = 0; t < kTiers; ++t) {
+        const double q = r.tier_queries[t] - rows_.front().tier_queries[t];
+        const double h = r.tier_hits[t] - rows_.front().tier_hits[t];
+        absl::StrAppend(&out, " ", q > 0 ? absl::StrCat(h / q) : "NaN");
+      }
+      for (int t = 0; t < kTiers; ++t) {
+        absl::StrAppend(&out, " ", r.tier_hits[t], " ", r.tier_queries[t]);
+      }
+      out += "\n";
+    }
+    return out;
+  }
+  // Hits / queries of tier `t` (0 = L1) over the run.
+  double HitRate(int t = 0) const {
     if (rows_.size() < 2) return 0;
-    const double q = rows_.back().queries - rows_.front().queries;
-    return q > 0 ? (rows_.back().hits - rows_.front().hits) / q : 0;
+    const double q = rows_.back().tier_queries[t] - rows_.front().tier_queries[t];
+    return q > 0 ? (rows_.back().tier_hits[t] - rows_.front().tier_hits[t]) / q : 0;
+  }
+  double Queries(int t) const {
+    return rows_.size() < 2 ? 0 : rows_.back().tier_queries[t] - rows_.front().tier_queries[t];
   }
   double PeakUsage() const {
     double peak = 0;
@@ -162,8 +195,10 @@ class KvSampler {
   }
 
  private:
+  static constexpr int kTiers = 3;
   struct Row {
-    double t = 0, usage = 0, hits = 0, queries = 0;
+    double t = 0, usage = 0, hits = 0, queries = 0;  // L1
+    double tier_hits[kTiers] = {0, 0, 0}, tier_queries[kTiers] = {0, 0, 0};
   };
   void Sample() {
     Row row{.t = absl::ToDoubleSeconds(absl::Now() - start_)};
@@ -172,10 +207,15 @@ class KvSampler {
       if (!r || r->status != 200) return;
       row.usage = std::max(row.usage,
                            ScrapeValue(r->body, "moe_kv_usage_ratio", "tier=\"l1\"").value_or(0));
-      row.hits += ScrapeValue(r->body, "moe_prefix_cache_hits_total", "tier=\"l1\"").value_or(0);
-      row.queries +=
-          ScrapeValue(r->body, "moe_prefix_cache_queries_total", "tier=\"l1\"").value_or(0);
+      for (int t = 0; t < kTiers; ++t) {
+        const std::string tier = absl::StrCat("tier=\"l", t + 1, "\"");
+        row.tier_hits[t] += ScrapeValue(r->body, "moe_prefix_cache_hits_total", tier).value_or(0);
+        row.tier_queries[t] +=
+            ScrapeValue(r->body, "moe_prefix_cache_queries_total", tier).value_or(0);
+      }
     }
+    row.hits = row.tier_hits[0];
+    row.queries = row.tier_queries[0];
     rows_.push_back(row);  // only this thread writes until Stop() joins it
   }
   std::vector<int> ports_;
@@ -531,17 +571,239 @@ absl::Status SharedPrefixWorkloads(Ctx& ctx, Systems& sys) {
   return absl::OkStatus();
 }
 
+// Documents revisited with L1 and L2 too small to hold them all, on a cluster of its own: the
+// router's L1 pool is 96 blocks (16 tokens each: about two 512-token documents besides the one
+// running), the kv-store's L2 10 MiB (about five), L3 in a fresh directory (all twelve). The 12
+// documents are first read once in turn (cold), then each request picks one by its recency rank
+// (LRU stack distance): 0-1 mostly hits L1, 2-4 L2, 5-11 L3. Each request is a document + a new
+// 16-token question, 8 output tokens, one at a time. The tier hit rates come from the router's
+// moe_prefix_cache_{hits,queries}_total{tier} (a tier's queries are the lookups that missed
+// every tier above it).
+absl::Status KvTiers(Ctx& ctx, Systems&) {
+  constexpr int kDocs = 12, kDocTokens = 512, kL1Blocks = 96;
+  constexpr int64_t kL2Bytes = 10 << 20;
+  const int revisits = ctx.options.quick ? 24 : 60;
+  ASSIGN_OR_RETURN(auto docs, RandomWorkload({.num_requests = kDocs,
+                                              .input_min = kDocTokens,
+                                              .input_max = kDocTokens,
+                                              .output_min = 8,
+                                              .output_max = 8,
+                                              .vocab_size = ctx.vocab_size,
+                                              .seed = 41}));
+  ASSIGN_OR_RETURN(auto questions, RandomWorkload({.num_requests = kDocs + revisits,
+                                                   .input_min = 16,
+                                                   .input_max = 16,
+                                                   .output_min = 8,
+                                                   .output_max = 8,
+                                                   .vocab_size = ctx.vocab_size,
+                                                   .seed = 42}));
+  std::vector<int> recency;  // doc ids, most recent first
+  std::vector<int> order;
+  for (int d = 0; d < kDocs; ++d) order.push_back(d);
+  // Stack distances in a fixed, seeded order: a third each for L1, L2 and L3 ranges.
+  std::mt19937 rng(43);
+  for (int i = 0; i < revisits; ++i) {
+    const int band = i % 3;
+    const int lo = band == 0 ? 0 : band == 1 ? 2 : 5, hi = band == 0 ? 1 : band == 1 ? 4 : 11;
+    order.push_back(-1 - std::uniform_int_distribution<int>(lo, hi)(rng));  // a distance
+  }
+  std::shuffle(order.begin() + kDocs, order.end(), rng);
+  std::vector<ServeRequest> requests;
+  for (size_t i = 0; i < order.size(); ++i) {
+    int doc = order[i];
+    if (doc < 0) doc = recency[std::min<size_t>(-1 - doc, recency.size() - 1)];
+    recency.erase(std::remove(recency.begin(), recency.end(), doc), recency.end());
+    recency.insert(recency.begin(), doc);
+    ServeRequest r;
+    r.prompt = docs[doc].prompt;
+    r.prompt.insert(r.prompt.end(), questions[i].prompt.begin(), questions[i].prompt.end());
+    r.max_tokens = 8;
+    requests.push_back(std::move(r));
+  }
+  Progress("kv-tiers: starting a cluster with a small L1 and L2");
+  ASSIGN_OR_RETURN(
+      RunningServer c,
+      StartCluster({.moe_binary = ctx.moe,
+                    .model_dir = ctx.model_dir,
+                    .router_threads = ctx.options.threads,
+                    .stderr_path = (fs::path(ctx.work) / "moe-up-kv-tiers.log").string(),
+                    .work_dir = ctx.work,
+                    .name = "kv-tiers",
+                    .fresh_data = true,
+                    .router_args = {"--set", absl::StrCat("core.kv_num_blocks=", kL1Blocks)},
+                    .kv_store_args = {"--set", absl::StrCat("core.l2_bytes=", kL2Bytes)}}));
+  // 50 ms: the revisits that hit a cache take well under a second in all.
+  KvSampler sampler(c.router_metrics_ports, absl::Milliseconds(50));
+  std::vector<RequestOutcome> out =
+      RunWorkload(c.port, c.model, requests, {.max_concurrency = 1, .timeout_s = 600});
+  sampler.Stop();
+  c.Stop();
+  const ServeSummary summary = Summarize(out, ctx.slo);
+  if (!ctx.options.artifacts_dir.empty()) {
+    WriteFile((fs::path(ctx.options.artifacts_dir) / "serve-kv-tiers.dat").string(),
+              sampler.TierTable());
+  }
+  const nlohmann::json params = {{"scenario", "kv-tiers"},
+                                 {"system", c.system},
+                                 {"documents", kDocs},
+                                 {"document_tokens", kDocTokens},
+                                 {"requests", requests.size()},
+                                 {"failed", summary.failed},
+                                 {"l1_blocks", kL1Blocks},
+                                 {"l2_bytes", kL2Bytes},
+                                 {"method",
+                                  "moe_prefix_cache_hits_total / queries_total {tier} over the "
+                                  "run (router /metrics); a tier's queries missed every tier "
+                                  "above it"}};
+  for (int t = 0; t < 3; ++t) {
+    nlohmann::json p = params;
+    p["queries_blocks"] = sampler.Queries(t);
+    ctx.report.Add({.name = absl::StrCat("serve_prefix_hit_rate_l", t + 1),
+                    .value = sampler.HitRate(t),
+                    .unit = "ratio",
+                    .params = p});
+  }
+  Progress(absl::StrCat("kv-tiers: hit rate L1 ", sampler.HitRate(0), ", L2 ", sampler.HitRate(1),
+                        ", L3 ", sampler.HitRate(2), "; ", summary.failed, " failed"));
+  if (summary.failed > 0) {
+    return absl::InternalError(absl::StrCat("kv-tiers: ", summary.failed,
+                                            " requests failed, first: ", summary.first_error));
+  }
+  return absl::OkStatus();
+}
+
+// `moe <args...>`'s first stdout line (the admin commands print JSON lines).
+absl::StatusOr<std::string> MoeLine(const Ctx& ctx, std::vector<std::string> args,
+                                    const std::string& log) {
+  args.insert(args.begin(), ctx.moe);
+  ASSIGN_OR_RETURN(
+      auto r, common::process::RunToExit({.argv = args, .stderr_path = log}, absl::Seconds(120)));
+  if (r.exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat(args[1], " ", args[2], " exited ", r.exit_code, " (", log, ")"));
+  }
+  return std::string(r.stdout_text.substr(0, r.stdout_text.find('\n')));
+}
+
+// Expert load before and after a recalibration, live: a cluster of 1 router + 3 expert workers
+// on a zipf:1.2 gate-skewed small model; 16 streams of short prompts (phase 1), `moe admin
+// calibrate-router` (the operator's own command), the same load again (phase 2). Each
+// phase's load is the difference of `moe admin stats` before and after it. Figure:
+// balancedness_after_recalibration_live = the worst layer's measured worker balancedness in
+// phase 2 (what the coordinator judges), baseline phase 1's.
+absl::Status Recalibration(Ctx& ctx, Systems&) {
+  const std::string model_dir = (fs::path(CacheDir(ctx.options)) / "serve-small-zipf1.2").string();
+  if (!fs::exists(fs::path(model_dir) / ".complete")) {
+    Progress("recalibration: making the zipf:1.2 small model");
+    model::MakeModelOptions mo;
+    mo.preset = model::Preset::kSmall;
+    mo.gate_skew = 1.2;
+    RETURN_IF_ERROR(model::MakeModel(mo, model_dir));
+    std::ofstream(fs::path(model_dir) / ".complete") << "ok\n";
+  }
+  Progress("recalibration: starting 1 router + 3 expert workers");
+  ASSIGN_OR_RETURN(
+      RunningServer c,
+      StartCluster({.moe_binary = ctx.moe,
+                    .model_dir = model_dir,
+                    .router_threads = 1,
+                    .expert_workers = 3,
+                    .worker_threads = 1,
+                    .stderr_path = (fs::path(ctx.work) / "moe-up-recalibration.log").string(),
+                    .work_dir = ctx.work,
+                    .name = "recalibration",
+                    .fresh_data = true}));
+  if (c.router_grpc_ports.empty()) return absl::InternalError("moe up named no router gRPC port");
+  const std::string routers = absl::StrCat("127.0.0.1:", c.router_grpc_ports[0]);
+  const std::string log = (fs::path(ctx.work) / "moe-admin.log").string();
+  auto stats = [&]() -> absl::StatusOr<ExpertLoad> {
+    ASSIGN_OR_RETURN(
+        std::string line,
+        MoeLine(ctx, {"admin", "stats", "--routers", routers, "--window", "900s"}, log));
+    return ParseAdminStats(line);
+  };
+  const int n = ctx.options.quick ? 16 : 48;
+  int failed[2] = {0, 0};
+  std::vector<ExpertLoad> samples;
+  nlohmann::json calibration;
+  absl::Status status = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(auto warm, ShortPrompts(ctx, 2, 4, 4, 52));
+    RunWorkload(c.port, c.model, warm, {.max_concurrency = 2, .timeout_s = 120});
+    for (int phase = 0; phase < 2; ++phase) {
+      // Fresh prompts per phase (same lengths), so phase 2 does not skip prefill in L1.
+      ASSIGN_OR_RETURN(auto reqs, ShortPrompts(ctx, n, 32, 32, 53 + phase));
+      ASSIGN_OR_RETURN(ExpertLoad s0, stats());
+      if (phase == 0) samples.push_back(s0);
+      const ServeSummary x = Summarize(
+          RunWorkload(c.port, c.model, reqs, {.max_concurrency = 16, .timeout_s = 600}), ctx.slo);
+      failed[phase] = x.failed;
+      ASSIGN_OR_RETURN(ExpertLoad s1, stats());
+      samples.push_back(s1);
+      if (phase == 0) {
+        Progress("recalibration: moe admin calibrate-router");
+        ASSIGN_OR_RETURN(
+            std::string line,
+            MoeLine(ctx, {"admin", "calibrate-router", "--routers", routers, "--window", "900s"},
+                    log));
+        calibration = nlohmann::json::parse(line, nullptr, false);
+        if (calibration.is_discarded()) {
+          return absl::InternalError("calibrate-router printed no JSON: " + line);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }();
+  c.Stop();
+  RETURN_IF_ERROR(status);
+  ASSIGN_OR_RETURN(ExpertLoad before, LoadBetween(samples[0], samples[1]));
+  ASSIGN_OR_RETURN(ExpertLoad after, LoadBetween(samples[1], samples[2]));
+  const std::vector<double> b0 = WorkerBalancedness(before), b1 = WorkerBalancedness(after);
+  if (!ctx.options.artifacts_dir.empty()) {
+    const fs::path dir = ctx.options.artifacts_dir;
+    WriteFile((dir / "serve-expert-load-before.dat").string(), ExpertLoadTable(before));
+    WriteFile((dir / "serve-expert-load-after.dat").string(), ExpertLoadTable(after));
+    WriteFile((dir / "serve-worker-load-before.dat").string(), WorkerLoadTable(before));
+    WriteFile((dir / "serve-worker-load-after.dat").string(), WorkerLoadTable(after));
+  }
+  const double min0 = *std::min_element(b0.begin(), b0.end());
+  const double min1 = *std::min_element(b1.begin(), b1.end());
+  ctx.report.Add(
+      {.name = "balancedness_after_recalibration_live",
+       .value = min1,
+       .unit = "ratio",
+       .params = {{"scenario", "recalibration"},
+                  {"cluster", "1 router (1 thread) + 3 expert workers (1 thread each)"},
+                  {"model", "small, moe make-model --gate-skew zipf:1.2"},
+                  {"requests_per_phase", n},
+                  {"streams", 16},
+                  {"output_tokens", 32},
+                  {"measured_before", b0},
+                  {"measured_after", b1},
+                  {"expected_before", calibration.value("balancedness_before", nlohmann::json())},
+                  {"expected_after", calibration.value("balancedness_after", nlohmann::json())},
+                  {"placement_version", calibration.value("version", nlohmann::json())},
+                  {"experts_loaded", calibration.value("experts_loaded", nlohmann::json())},
+                  {"failed_before", failed[0]},
+                  {"failed_after", failed[1]},
+                  {"method",
+                   "worst layer's mean / max tokens per worker in each phase (moe admin stats "
+                   "before - after the phase); recalibrated by moe admin calibrate-router"}},
+       .baseline = Baseline{"balancedness_before_recalibration_live", min0}});
+  Progress(absl::StrCat("recalibration: worst-layer balancedness ", min0, " -> ", min1, "; ",
+                        failed[0] + failed[1], " failed"));
+  return absl::OkStatus();
+}
+
 struct Scenario {
   const char* name;
   absl::Status (*run)(Ctx&, Systems&);
 };
-// In run order. A new scenario (tier hit rates once the kv-store exists, the voice stages once
-// asr/tts exist) is one entry here.
+// In run order; a new scenario is one entry here. kv-tiers and recalibration start clusters
+// of their own (ours and llama-server stay up, idle, meanwhile).
 constexpr Scenario kScenarios[] = {
-    {"c16", Concurrency16},
-    {"prefix", PrefixWarmCold},
-    {"sweep", RateSweep},
-    {"workloads", SharedPrefixWorkloads},
+    {"c16", Concurrency16}, {"prefix", PrefixWarmCold},
+    {"sweep", RateSweep},   {"workloads", SharedPrefixWorkloads},
+    {"kv-tiers", KvTiers},  {"recalibration", Recalibration},
 };
 
 // --- the two modes ---
@@ -569,6 +831,9 @@ absl::StatusOr<BenchReport> SideBySide(const SuiteOptions& options, const Slo& s
   const std::string moe = SelfDir() + "/moe";
   const std::string work =
       o.artifacts_dir.empty() ? (fs::path(CacheDir(o)) / "serve").string() : o.artifacts_dir;
+  ctx.moe = moe;
+  ctx.model_dir = dir;
+  ctx.work = work;
   fs::create_directories(work);
   const std::string gguf =
       (fs::path(work) / (fs::path(dir).filename().string() + ".gguf")).string();

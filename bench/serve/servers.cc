@@ -59,21 +59,29 @@ void RunningServer::Stop() {
 }
 
 absl::StatusOr<RunningServer> StartCluster(const ClusterOptions& o) {
+  const std::string name = o.name.empty() ? absl::StrCat(o.expert_workers) : o.name;
+  nlohmann::json router_args = {"--set", absl::StrCat("core.num_threads=", o.router_threads),
+                                "--set", "core.scheduler.max_waiting=8192"};
+  for (const std::string& a : o.router_args) router_args.push_back(a);
   nlohmann::json config = {
       {"model_dir", o.model_dir},
       {"gateway",
        {{"port", 0},
         {"args", {"--set", "limits.max_in_flight=4096", "--set", "http.max_connections=8192"}}}},
-      {"router",
-       {{"replicas", 1},
-        {"args",
-         {"--set", absl::StrCat("core.num_threads=", o.router_threads), "--set",
-          "core.scheduler.max_waiting=8192"}}}},
+      {"router", {{"replicas", 1}, {"args", router_args}}},
       {"expert_worker",
        {{"replicas", o.expert_workers},
         {"args", {"--set", absl::StrCat("core.threads_per_call=", o.worker_threads)}}}}};
-  const std::string path =
-      (fs::path(o.work_dir) / absl::StrCat("moe-up-", o.expert_workers, ".yaml")).string();
+  if (!o.kv_store_args.empty()) config["kv_store"] = {{"args", o.kv_store_args}};
+  if (o.fresh_data) {
+    const fs::path data = fs::path(o.work_dir) / absl::StrCat("moe-data-", name);
+    std::error_code ec;
+    fs::remove_all(data, ec);
+    fs::create_directories(data, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", data.string()));
+    config["data_dir"] = fs::absolute(data).string();
+  }
+  const std::string path = (fs::path(o.work_dir) / absl::StrCat("moe-up-", name, ".yaml")).string();
   {
     std::ofstream out(path);
     out << config.dump(2) << "\n";  // JSON is YAML
@@ -100,9 +108,9 @@ absl::StatusOr<RunningServer> StartCluster(const ClusterOptions& o) {
     s.port = colon == std::string::npos ? 0 : std::atoi(url.c_str() + colon + 1);
     if (j.contains("services") && j["services"].is_array()) {
       for (const auto& svc : j["services"]) {
-        if (svc.value("service", "") == "router" && svc.contains("metrics")) {
-          s.router_metrics_ports.push_back(svc["metrics"].get<int>());
-        }
+        if (svc.value("service", "") != "router") continue;
+        if (svc.contains("metrics")) s.router_metrics_ports.push_back(svc["metrics"].get<int>());
+        if (svc.contains("grpc")) s.router_grpc_ports.push_back(svc["grpc"].get<int>());
       }
     }
     if (s.port <= 0) return absl::InternalError(absl::StrCat("moe up: bad ready line ", *line));

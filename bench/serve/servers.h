@@ -18,6 +18,7 @@ struct RunningServer {
   int port = 0;                           // HTTP: /v1/completions
   std::string model;                      // the "model" field requests carry
   std::vector<int> router_metrics_ports;  // ours: each router's /metrics
+  std::vector<int> router_grpc_ports;     // ours: each router's gRPC (`moe admin --routers`)
   std::unique_ptr<common::process::ChildProcess> child;
   // SIGTERM and wait (`moe up` stops its services, the gateway first). Idempotent.
   void Stop();
@@ -31,6 +32,13 @@ struct ClusterOptions {
   int worker_threads = 1;
   std::string stderr_path;  // the cluster's log; "" = inherit
   std::string work_dir;     // where its config file goes
+  // Names the config file (moe-up-<name>.yaml) and, with `fresh_data`, the kv-store's L3
+  // directory (<work_dir>/moe-data-<name>, emptied first, so no earlier run's blocks are hit);
+  // "" = the number of expert workers.
+  std::string name;
+  bool fresh_data = false;
+  std::vector<std::string> router_args;    // more `--set k=v` flags for the router
+  std::vector<std::string> kv_store_args;  // ... and for the kv-store
 };
 // `moe up --config F` on port 0; returns once it printed its ready line (gateway URL and every
 // service's ports). kDeadlineExceeded after 180 s; kInternal when it exits first (its log

@@ -13,7 +13,8 @@
 // server's per-stage breakdown comes from response.done's `moe_timings` (realtime_session.h).
 // Figures (DESIGN.md §6): voice_first_audio_ms_p50/p99 and voice_pipeline_ms_p50/p99 (the
 // endpoint decision -> first audio byte, server side), speculative prefill on, with the off
-// runs as the baseline.
+// runs as the baseline. With --artifacts DIR (`moe bench all`), voice-stages.dat: the per-stage
+// medians of both modes, which the voice-stages.png plot stacks.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -402,6 +403,20 @@ absl::StatusOr<BenchReport> RunVoiceBench(const SuiteOptions& options) {
                        {"speculative_prefill", true},
                        {"speculative", on.Breakdown()},
                        {"plain", off.Breakdown()}};
+  if (!options.artifacts_dir.empty()) {
+    // The per-stage medians of both modes, in pipeline order, for the stacked-bar plot
+    // (bench/common/plots.cc: voice-stages.png).
+    std::ofstream out(fs::path(options.artifacts_dir) / "voice-stages.dat");
+    out << "# mode endpoint_wait_ms asr_final_ms prefill_ms first_sentence_ms "
+           "tts_first_chunk_ms first_audio_ms (p50 of each)\n";
+    for (const auto& [mode, s] : {std::pair<const char*, const Series*>{"speculative", &on},
+                                  std::pair<const char*, const Series*>{"plain", &off}}) {
+      out << mode << " " << Percentile(s->endpoint_wait, 0.5) << " "
+          << Percentile(s->asr_final, 0.5) << " " << Percentile(s->prefill, 0.5) << " "
+          << Percentile(s->first_sentence, 0.5) << " " << Percentile(s->tts_first_chunk, 0.5) << " "
+          << Percentile(s->first_audio, 0.5) << "\n";
+    }
+  }
   auto add = [&](const std::string& name, const std::vector<double>& a,
                  const std::vector<double>& b, double p) {
     report.Add({.name = name,
