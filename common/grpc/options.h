@@ -96,6 +96,12 @@ struct ChannelOptions {
   // whose auth grants roles by token (common/grpc/auth.h). Re-read when it changes on disk.
   // Empty = none (under mTLS the client certificate names the caller).
   std::string token_file;
+  // HTTP/2 keepalive: while a call is open the client pings every keepalive_time and closes the
+  // connection when a ping is not answered within keepalive_timeout, so a peer whose link
+  // accepts and never answers (a black-holed route, a frozen host) fails the call with
+  // UNAVAILABLE instead of leaving it open forever. Servers (ServerRunner) accept such pings.
+  absl::Duration keepalive_time = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(5);
 
   static void Describe(config::Schema<ChannelOptions>& s) {
     s.Section("tls", &ChannelOptions::tls);
@@ -105,6 +111,11 @@ struct ChannelOptions {
         .Range(absl::Milliseconds(10), absl::Minutes(2));
     s.Add("max_reconnect_backoff", &ChannelOptions::max_reconnect_backoff)
         .Range(absl::Milliseconds(10), absl::Minutes(2));
+    s.Add("keepalive_time", &ChannelOptions::keepalive_time, "ping interval while a call is open")
+        .Range(absl::Milliseconds(500), absl::Hours(2));
+    s.Add("keepalive_timeout", &ChannelOptions::keepalive_timeout,
+          "an unanswered ping closes the connection after this")
+        .Range(absl::Milliseconds(100), absl::Minutes(10));
   }
   absl::Status Validate() const { return config::CheckFields(*this); }
 };

@@ -40,6 +40,11 @@ absl::Status ServerRunner::Start() {
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind the same port and take a
   // share of the calls; a port conflict must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Our clients ping while their calls are open (ChannelOptions::keepalive_time, down to 500 ms)
+  // to find black-holed peers; gRPC's server default answers pings more often than every 5 min
+  // without data with a GOAWAY (too_many_pings), which would fail a long prefill's stream.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 400);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   const std::string address = absl::StrContains(options_.host, ':')

@@ -270,8 +270,11 @@ TEST_P(ChaosNetTest, EveryStreamCompletesOrFailsClearly) {
       ASSERT_OK(r.status());
       routers.push_back(std::move(*r));
     }
+    // Keepalive short enough that a black-holed link fails its streams well within the
+    // client's deadline.
     auto gateway =
-        StartGateway(Model(), {proxy(routers[0].grpc_port), proxy(routers[1].grpc_port)}, *dir_);
+        StartGateway(Model(), {proxy(routers[0].grpc_port), proxy(routers[1].grpc_port)}, *dir_,
+                     {"routing.channel.keepalive_time=1s", "routing.channel.keepalive_timeout=1s"});
     ASSERT_OK(gateway.status());
     const Counts c =
         Tally(nc.name, Run(*gateway, kStreams * 2, [&] { proxies[0]->Set(nc.fault); }));
@@ -309,10 +312,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(NetCase{"gateway-router-delay", true, kDelay, false},
                       NetCase{"gateway-router-drop", true, kDrop, true},
                       NetCase{"gateway-router-reset", true, kReset, true},
-                      // Left out: gateway-router-blackhole (true, kBlackHole, true) FINDS A REAL
-                      // HANG: the gateway's router streams have no deadline and no keepalive, so
-                      // streams on a router whose link accepts and never answers never end (31 of
-                      // 64 lost, 06:36 UTC run). Put it back with the fix (issue 16).
+                      // Found a real hang before channels had keepalive (31 of 64 streams on a
+                      // black-holed router link never ended): now they fail within
+                      // keepalive_time + keepalive_timeout.
+                      NetCase{"gateway-router-blackhole", true, kBlackHole, true},
                       NetCase{"router-worker-delay", false, kDelay, false},
                       NetCase{"router-worker-drop", false, kDrop, false},
                       NetCase{"router-worker-reset", false, kReset, false},
