@@ -159,6 +159,10 @@ void FaultProxy::Serve(int client) {
     }
     pollfd p[2] = {{open[0] ? fds[0] : -1, POLLIN, 0}, {open[1] ? fds[1] : -1, POLLIN, 0}};
     if (poll(p, 2, kTickMs) <= 0) continue;
+    // Bytes that arrived after a Set belong to the new fault: if it changed while we polled,
+    // start over with it (the bytes wait in the socket), else they would be relayed and counted
+    // under the old one and a cut after N bytes would come late.
+    if (Current().second != generation) continue;
     bool failed = false;
     for (int i = 0; i < 2 && !failed; ++i) {
       if (!open[i] || (p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;

@@ -132,7 +132,8 @@ class TranscriptionCall final : public AsrObserver,
               {{"type", "duration"}, {"seconds", static_cast<int64_t>(std::ceil(duration_s_))}}}}));
       }
     }
-    if (on_done) on_done();
+    // The slot is held until the client has the bytes (or is cut), as for completions.
+    if (on_done) writer_->WhenFlushed(std::move(on_done));
   }
 
  private:
@@ -214,7 +215,8 @@ class SpeechCall final : public TtsObserver, public std::enable_shared_from_this
       }
       writer_->End();
     }
-    if (on_done) on_done();
+    // The slot is held until the client has the bytes (or is cut), as for completions.
+    if (on_done) writer_->WhenFlushed(std::move(on_done));
   }
 
  private:

@@ -106,6 +106,30 @@ TEST_F(AudioEndpointsTest, TranscriptionResamplesTheUploadTo16kHzAndAnswersJson)
   EXPECT_EQ(registry_.Value("moe_voice_transcriptions_total").value_or(-1), 1);
 }
 
+// The request's slot (on_done) is released when the answer's bytes have left for the client, not
+// when the answer is complete: a client that does not read keeps counting against capacity.
+TEST_F(AudioEndpointsTest, BothEndpointsReleaseTheirSlotOnlyWhenTheBytesAreFlushed) {
+  auto t = std::make_shared<RecordingWriter>();
+  t->HoldFlush();
+  endpoints_.Transcribe(Upload(Wav(16000, 0.5), {{"model", "whisper-1"}}), t, [this] { ++done_; });
+  t->Wait();
+  EXPECT_EQ(t->status(), 200) << t->body();
+  EXPECT_EQ(done_, 0);
+  EXPECT_TRUE(t->Flush());
+  EXPECT_EQ(done_, 1);
+
+  auto s = std::make_shared<RecordingWriter>();
+  s->HoldFlush();
+  endpoints_.Speak(Speech({{"model", "tts-1"}, {"voice", "alloy"}, {"input", "Hello there."}}), s,
+                   [this] { ++done_; });
+  s->Wait();
+  EXPECT_EQ(s->status(), 200) << s->body();
+  EXPECT_FALSE(s->body().empty());
+  EXPECT_EQ(done_, 1);
+  EXPECT_TRUE(s->Flush());
+  EXPECT_EQ(done_, 2);
+}
+
 TEST_F(AudioEndpointsTest, TranscriptionFormatsTextAndVerboseJsonSegments) {
   asr_.final_texts = {"one two", "three"};
   auto text =

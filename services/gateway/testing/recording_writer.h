@@ -1,7 +1,9 @@
 // A ResponseWriter for tests: records what the core writes (status, headers, body, whether it
-// streamed); Wait() blocks until the answer is complete.
+// streamed); Wait() blocks until the answer is complete. HoldFlush() makes WhenFlushed keep its
+// callback until Flush(), as a client that has not read the bytes yet.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -32,6 +34,32 @@ class RecordingWriter final : public ResponseWriter {
   void End() override {
     absl::MutexLock lock(&mu_);
     done_ = true;
+  }
+  void WhenFlushed(std::function<void()> fn) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (hold_flush_) {
+        on_flushed_ = std::move(fn);
+        return;
+      }
+    }
+    fn();
+  }
+  void HoldFlush() {
+    absl::MutexLock lock(&mu_);
+    hold_flush_ = true;
+  }
+  // Runs the held WhenFlushed callback (if any); returns whether there was one.
+  bool Flush() {
+    std::function<void()> fn;
+    {
+      absl::MutexLock lock(&mu_);
+      fn = std::move(on_flushed_);
+      on_flushed_ = nullptr;
+    }
+    if (!fn) return false;
+    fn();
+    return true;
   }
   void Wait() {
     absl::MutexLock lock(&mu_);
@@ -64,6 +92,8 @@ class RecordingWriter final : public ResponseWriter {
   HttpHeaders headers_;
   bool streamed_ = false;
   bool done_ = false;
+  bool hold_flush_ = false;
+  std::function<void()> on_flushed_;
 };
 
 }  // namespace moe::gateway::testing
