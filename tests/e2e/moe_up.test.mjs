@@ -6,7 +6,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
+import { waitForUpReady } from './services.mjs';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -22,20 +22,7 @@ test('moe up serves the OpenAI API and stops cleanly on SIGINT', async () => {
       { stdio: ['ignore', 'pipe', 'inherit'] });
     const exited = new Promise((resolve) => up.on('exit', (code, signal) => resolve({ code, signal })));
     const lines = [];
-    const ready = await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('moe up: no ready line')), 120000);
-      up.on('exit', () => reject(new Error(`moe up exited early: ${lines.join('\n')}`)));
-      readline.createInterface({ input: up.stdout }).on('line', (line) => {
-        lines.push(line);
-        try {
-          const j = JSON.parse(line);
-          if (j.event === 'ready') {
-            clearTimeout(timer);
-            resolve(j);
-          }
-        } catch { /* the human-readable lines */ }
-      });
-    });
+    const ready = await waitForUpReady(up, lines);
     assert.ok(lines.some((l) => l.includes('curl ')), lines.join('\n'));
     assert.equal(ready.model, 'tiny');
     const models = await (await fetch(`${ready.url}/v1/models`)).json();

@@ -22,6 +22,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
+import { waitForUpReady } from './services.mjs';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -98,20 +99,7 @@ before(async () => {
     output.push(line);
     if (process.env.MOE_E2E_VERBOSE) console.error(line);
   });
-  ready = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('moe up: no ready line')), 120000);
-    up.on('exit', () => reject(new Error(`moe up exited early:\n${output.join('\n')}`)));
-    readline.createInterface({ input: up.stdout }).on('line', (line) => {
-      output.push(line);
-      try {
-        const j = JSON.parse(line);
-        if (j.event === 'ready') {
-          clearTimeout(timer);
-          resolve(j);
-        }
-      } catch { /* the human-readable lines */ }
-    });
-  });
+  ready = await waitForUpReady(up, output);
   assert.ok(ready.security?.mtls && ready.security?.auth, JSON.stringify(ready));
   apiKey = readFileSync(ready.security.api_key_file, 'utf8').trim();
   client = new OpenAI({ apiKey, baseURL: `${ready.url}/v1`, maxRetries: 0 });

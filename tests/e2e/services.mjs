@@ -34,3 +34,23 @@ export async function waitReady(url) {
   }
   throw new Error(`${url} never became ready`);
 }
+
+// Resolves with `moe up`'s {"event":"ready",...} line from `up` (a spawned `moe up` whose stdout
+// is a pipe); every stdout line is pushed to `lines` (the caller may share it with stderr's).
+// Rejects if moe up exits first (with what it printed) or stays silent 120 s.
+export function waitForUpReady(up, lines = []) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('moe up: no ready line')), 120000);
+    up.on('exit', () => reject(new Error(`moe up exited early:\n${lines.join('\n')}`)));
+    readline.createInterface({ input: up.stdout }).on('line', (line) => {
+      lines.push(line);
+      try {
+        const j = JSON.parse(line);
+        if (j.event === 'ready') {
+          clearTimeout(timer);
+          resolve(j);
+        }
+      } catch { /* the human-readable lines */ }
+    });
+  });
+}

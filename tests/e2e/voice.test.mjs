@@ -16,7 +16,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
+import { waitForUpReady } from './services.mjs';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -50,20 +50,7 @@ before(async () => {
     { stdio: ['ignore', 'pipe', 'inherit'] });
   upExited = new Promise((resolve) => up.on('exit', (code) => resolve(code)));
   const lines = [];
-  const ready = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('moe up: no ready line')), 120000);
-    up.on('exit', () => reject(new Error(`moe up exited early: ${lines.join('\n')}`)));
-    readline.createInterface({ input: up.stdout }).on('line', (line) => {
-      lines.push(line);
-      try {
-        const j = JSON.parse(line);
-        if (j.event === 'ready') {
-          clearTimeout(timer);
-          resolve(j);
-        }
-      } catch { /* the human-readable lines */ }
-    });
-  });
+  const ready = await waitForUpReady(up, lines);
   baseUrl = ready.url;
   client = new OpenAI({ apiKey: 'unused', baseURL: `${baseUrl}/v1`, maxRetries: 0 });
 });
