@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/base/clock.h"
-#include "common/metrics/metrics.h"
+#include "common/metrics/registry.h"
 #include "fuzz/fuzz_util.h"
 #include "moe/asr/v1/asr.pb.h"
 #include "services/asr/asr_server.h"

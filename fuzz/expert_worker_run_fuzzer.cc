@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "common/base/clock.h"
-#include "common/metrics/metrics.h"
+#include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "fuzz/fuzz_util.h"
 #include "moe/expert_worker/v1/expert_worker.pb.h"

@@ -11,7 +11,7 @@
 
 #include "common/base/clock.h"
 #include "common/grpc/auth.h"
-#include "common/metrics/metrics.h"
+#include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "fuzz/fuzz_util.h"
 #include "moe/router/v1/router.pb.h"

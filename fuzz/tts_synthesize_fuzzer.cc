@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/base/clock.h"
-#include "common/metrics/metrics.h"
+#include "common/metrics/registry.h"
 #include "fuzz/fuzz_util.h"
 #include "moe/tts/v1/tts.pb.h"
 #include "services/tts/core/tts_core.h"
