@@ -14,6 +14,7 @@
 #include "common/base/clock.h"
 #include "common/metrics/registry.h"
 #include "fuzz/fuzz_util.h"
+#include "google/protobuf/stubs/logging.h"
 #include "moe/asr/v1/asr.pb.h"
 #include "services/asr/asr_server.h"
 #include "services/asr/core/asr_core.h"
@@ -48,6 +49,8 @@ void Flush(std::vector<AsrEvent>& events) {
 }
 
 }  // namespace
+
+MOE_FUZZ_QUIET_PROTOBUF()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string_view> messages = moe::fuzz::SplitDelimited(data, size);

@@ -12,6 +12,7 @@
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "fuzz/fuzz_util.h"
+#include "google/protobuf/stubs/logging.h"
 #include "moe/expert_worker/v1/expert_worker.pb.h"
 #include "services/expert-worker/core/expert_worker_core.h"
 #include "services/expert-worker/expert_worker_server.h"
@@ -47,6 +48,8 @@ Worker& TheWorker() {
 }
 
 }  // namespace
+
+MOE_FUZZ_QUIET_PROTOBUF()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pb::RunExpertsRequest request;

@@ -60,4 +60,12 @@ inline std::vector<std::string_view> SplitDelimited(const uint8_t* data, size_t 
   return out;
 }
 
+// Silences protobuf's log lines (a mutated request with invalid UTF-8 in a string field logs one
+// per parse): call once, from LLVMFuzzerInitialize, in the proto fuzzers.
+#define MOE_FUZZ_QUIET_PROTOBUF()                      \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) { \
+    ::google::protobuf::SetLogHandler(nullptr);        \
+    return 0;                                          \
+  }
+
 }  // namespace moe::fuzz

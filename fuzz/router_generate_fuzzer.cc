@@ -14,6 +14,7 @@
 #include "common/metrics/registry.h"
 #include "common/model/make_model.h"
 #include "fuzz/fuzz_util.h"
+#include "google/protobuf/stubs/logging.h"
 #include "moe/router/v1/router.pb.h"
 #include "services/router/core/router_core.h"
 #include "services/router/router_server.h"
@@ -63,6 +64,8 @@ Router& TheRouter() {
 }
 
 }  // namespace
+
+MOE_FUZZ_QUIET_PROTOBUF()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pb::GenerateRequest request;

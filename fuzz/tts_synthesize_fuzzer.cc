@@ -14,6 +14,7 @@
 #include "common/base/clock.h"
 #include "common/metrics/registry.h"
 #include "fuzz/fuzz_util.h"
+#include "google/protobuf/stubs/logging.h"
 #include "moe/tts/v1/tts.pb.h"
 #include "services/tts/core/tts_core.h"
 #include "services/tts/espeak_synthesizer.h"
@@ -35,6 +36,8 @@ TtsCore& TheCore() {
 }
 
 }  // namespace
+
+MOE_FUZZ_QUIET_PROTOBUF()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string_view> messages = moe::fuzz::SplitDelimited(data, size);
