@@ -27,16 +27,24 @@ namespace pb = ::moe::asr::v1;
 using moe::asr::AsrCore;
 using moe::asr::AsrEvent;
 
+// Held for the process (reachable: no leak reports).
+struct Asr {
+  moe::common::metrics::Registry registry;
+  std::unique_ptr<AsrCore> core;
+};
+
 AsrCore& TheCore() {
-  static AsrCore* core = [] {
-    auto* registry = new moe::common::metrics::Registry();
+  static Asr* a = [] {
+    auto* st = new Asr;
     auto pool =
         moe::asr::DecoderPool::Create(1, [] { return moe::asr::CreatePocketsphinxDecoder({}); });
     if (!pool.ok()) std::abort();
-    return new AsrCore(moe::asr::AsrCoreOptions{.max_streams = 1}, *std::move(pool),
-                       moe::common::SystemClock::Get(), *registry);
+    st->core =
+        std::make_unique<AsrCore>(moe::asr::AsrCoreOptions{.max_streams = 1}, *std::move(pool),
+                                  moe::common::SystemClock::Get(), st->registry);
+    return st;
   }();
-  return *core;
+  return *a->core;
 }
 
 // What the adapter writes for each event (its fields must serialise).

@@ -24,15 +24,24 @@ namespace {
 namespace pb = ::moe::tts::v1;
 using moe::tts::TtsCore;
 
+// Held for the process (reachable: no leak reports).
+struct Tts {
+  moe::common::metrics::Registry registry;
+  std::unique_ptr<moe::tts::EspeakSynthesizer> synth;
+  std::unique_ptr<TtsCore> core;
+};
+
 TtsCore& TheCore() {
-  static TtsCore* core = [] {
+  static Tts* t = [] {
+    auto* st = new Tts;
     auto synth = moe::tts::EspeakSynthesizer::Create({});
     if (!synth.ok()) std::abort();
-    auto* registry = new moe::common::metrics::Registry();
-    return new TtsCore({.max_streams = 1}, *synth->release(), moe::common::SystemClock::Get(),
-                       *registry);
+    st->synth = *std::move(synth);
+    st->core = std::make_unique<TtsCore>(moe::tts::TtsCoreOptions{.max_streams = 1}, *st->synth,
+                                         moe::common::SystemClock::Get(), st->registry);
+    return st;
   }();
-  return *core;
+  return *t->core;
 }
 
 }  // namespace
