@@ -60,6 +60,12 @@ void Flush(std::vector<AsrEvent>& events) {
 
 MOE_FUZZ_QUIET_PROTOBUF()
 
+// libsphinxbase's JSGF parser (ps_set_jsgf_string, each grammar-mode stream) leaks its parse
+// tree inside the library, about 7 KB per grammar here (its frames carry no frame pointers, so
+// LeakSanitizer's stack ends in __ckd_calloc__ / yylex): a known third-party leak reported in
+// the issue-16 note, suppressed here so the fuzzer looks for ours.
+extern "C" const char* __lsan_default_suppressions() { return "leak:libsphinxbase.so\n"; }
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string_view> messages = moe::fuzz::SplitDelimited(data, size);
   if (messages.empty()) return 0;
