@@ -2,6 +2,10 @@
 // small kernels that need no SIMD (RoPE, top-k, KV writes).
 #include "common/kernels/kernels.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -49,14 +53,21 @@ const IsaKernels* TableOf(const char* isa) {
 std::atomic<const IsaKernels*> g_selected{nullptr};
 std::atomic<const IsaKernels*> g_forced{nullptr};
 
+#if defined(__x86_64__)
+// CPUID.1:ECX.F16C[bit 29]: clang before 15 does not take "f16c" in __builtin_cpu_supports.
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 }  // namespace
 
 bool IsaSupported(const char* isa) {
   if (std::strcmp(isa, "portable") == 0) return true;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c();
   if (std::strcmp(isa, "avx2") == 0) return avx2;
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

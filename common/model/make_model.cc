@@ -96,7 +96,7 @@ Init InitFor(const ModelConfig& c, const TensorSlot& s) {
 class TensorGenerator {
  public:
   TensorGenerator(const MakeModelOptions& o, const ModelConfig& c, const TensorSlot& s)
-      : c_(c), s_(s), init_(InitFor(c, s)), key_(common::SplitMix64(o.seed ^ Fnv1a(s.name))) {
+      : s_(s), init_(InitFor(c, s)), key_(common::SplitMix64(o.seed ^ Fnv1a(s.name))) {
     cols_ = s.shape.size() == 2 ? s.shape[1] : s.shape[0];
     numel_ = s.shape.size() == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
     if (o.gate_skew > 0) {
@@ -166,7 +166,6 @@ class TensorGenerator {
   }
 
  private:
-  const ModelConfig& c_;
   const TensorSlot& s_;
   Init init_;
   uint64_t key_;

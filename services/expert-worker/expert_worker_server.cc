@@ -54,8 +54,11 @@ std::vector<ExpertKey> KeysFromProto(
       return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
                             absl::StrCat("expert ", b.expert_id(), ": activations must be f32"));
     }
+    // Rows from the data size (no product of a client's shape: 2^56 + 1 rows would wrap to one).
+    const int64_t row_bytes = hidden * 4;
+    const int64_t data_bytes = static_cast<int64_t>(t.data().size());
     if (t.shape_size() != 2 || t.shape(0) < 1 || t.shape(1) != hidden ||
-        static_cast<int64_t>(t.data().size()) != t.shape(0) * hidden * 4) {
+        data_bytes % row_bytes != 0 || t.shape(0) != data_bytes / row_bytes) {
       return ::grpc::Status(
           ::grpc::StatusCode::INVALID_ARGUMENT,
           absl::StrCat("expert ", b.expert_id(), ": activations must be [num_tokens >= 1, ", hidden,

@@ -76,7 +76,6 @@ class KvStoreClient::Impl {
        common::metrics::Registry& registry, common::Clock& clock)
       : options_(options),
         dims_(std::move(dims)),
-        clock_(clock),
         metrics_(registry),
         fidelity_(options.lossy_int8 ? pb::KV_FIDELITY_LOSSY_INT8 : pb::KV_FIDELITY_EXACT) {
     block_bytes_ = 4;
@@ -168,7 +167,6 @@ class KvStoreClient::Impl {
   // Constant after construction.
   const KvStoreClientOptions options_;
   const std::vector<int64_t> dims_;
-  common::Clock& clock_;
   ClientMetrics metrics_;
   const pb::KvFidelity fidelity_;
   int64_t block_bytes_ = 0;
