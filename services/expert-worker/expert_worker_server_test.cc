@@ -128,6 +128,16 @@ TEST_F(ExpertWorkerServerTest, MapsErrorsToGrpcCodes) {
     EXPECT_EQ(stub_->RunExperts(&ctx, bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
+    // A row count whose byte size overflows int64 (2^56 + 1 rows of hidden 64 floats wraps to
+    // one row's bytes) is refused, not read past the one row that was sent (the request fuzzer's
+    // finding).
+    pb::RunExpertsRequest huge = Request(0, {0}, 1);
+    huge.mutable_batches(0)->mutable_activations()->set_shape(0, (int64_t{1} << 56) + 1);
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->RunExperts(&ctx, huge, &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
     // A caller in another numerics mode is refused, naming the setting to align.
     pb::RunExpertsRequest other = Request(0, {0}, 2);
     other.set_activations(pb::ACTIVATIONS_BF16);
