@@ -31,6 +31,7 @@
 #include "services/gateway/testing/fake_backend.h"
 #include "services/gateway/testing/fake_voice.h"
 #include "services/gateway/testing/test_tokenizer.h"
+#include "services/gateway/testing/tone_wav.h"
 #include "services/gateway/thread_timer_queue.h"
 
 namespace moe::gateway {
@@ -42,21 +43,12 @@ using testing::FakeAsrClient;
 using testing::FakeBackend;
 using testing::FakeTtsClient;
 using ::testing::HasSubstr;
+using testing::ToneWav;
 namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 namespace net = boost::asio;
 
 constexpr char kBoundary[] = "limitsboundary";
-
-// A tone, `seconds` long, as a mono s16 WAV.
-std::string Wav(int rate, double seconds) {
-  std::vector<int16_t> s(static_cast<size_t>(rate * seconds));
-  for (size_t i = 0; i < s.size(); ++i) {
-    s[i] = static_cast<int16_t>(8000 * std::sin(2 * M_PI * 440 * static_cast<double>(i) / rate));
-  }
-  const std::string pcm = audio::PcmToBytes(s);
-  return audio::WavHeader(rate, static_cast<uint32_t>(pcm.size())) + pcm;
-}
 
 // A raw HTTP/1.1 request with `extra` header lines ("Name: value\r\n" each).
 std::string RawRequest(const std::string& method, const std::string& path,
@@ -262,7 +254,7 @@ TEST_F(LimitsTest, EverySizeLimitGetsItsErrorAndTheServerGoesOn) {
       {"audio seconds",
        RawRequest("POST", "/v1/audio/transcriptions",
                   absl::StrCat("multipart/form-data; boundary=", kBoundary),
-                  Upload(Wav(4000, 1.5), "a.wav")),
+                  Upload(ToneWav(4000, 1.5), "a.wav")),
        400, "limit_exceeded", "file", "voice.max_transcription_audio"},
   };
   for (const Case& c : cases) {
@@ -384,7 +376,7 @@ TEST_F(LimitsTest, ClientStringsNeverBecomePathsOrUrls) {
     common::http::HttpClient client(port_);
     ASSERT_TRUE(client.SendRaw(RawRequest("POST", "/v1/audio/transcriptions",
                                           absl::StrCat("multipart/form-data; boundary=", kBoundary),
-                                          Upload(Wav(16000, 0.2), name))));
+                                          Upload(ToneWav(16000, 0.2), name))));
     auto t = client.Read();
     ASSERT_TRUE(t) << name;
     EXPECT_EQ(t->status, 200) << name << ": " << t->body;

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "services/gateway/testing/fake_voice.h"
 #include "services/gateway/testing/recording_writer.h"
+#include "services/gateway/testing/tone_wav.h"
 
 namespace moe::gateway {
 namespace {
@@ -24,18 +25,9 @@ using testing::FakeAsrClient;
 using testing::FakeTtsClient;
 using ::testing::HasSubstr;
 using testing::RecordingWriter;
+using testing::ToneWav;
 
 constexpr char kBoundary[] = "XyZbOuNdArY";
-
-// A tone, `seconds` long, at `rate`, as a mono s16 WAV.
-std::string Wav(int rate, double seconds) {
-  std::vector<int16_t> s(static_cast<size_t>(rate * seconds));
-  for (size_t i = 0; i < s.size(); ++i) {
-    s[i] = static_cast<int16_t>(8000 * std::sin(2 * M_PI * 440 * static_cast<double>(i) / rate));
-  }
-  const std::string pcm = audio::PcmToBytes(s);
-  return audio::WavHeader(rate, static_cast<uint32_t>(pcm.size())) + pcm;
-}
 
 // A multipart/form-data upload of `file` and the given text fields.
 HttpRequest Upload(const std::string& file,
@@ -94,7 +86,7 @@ class AudioEndpointsTest : public ::testing::Test {
 };
 
 TEST_F(AudioEndpointsTest, TranscriptionResamplesTheUploadTo16kHzAndAnswersJson) {
-  auto w = Transcribe(Upload(Wav(8000, 1.0), {{"model", "whisper-1"}, {"prompt", "ignored"}}));
+  auto w = Transcribe(Upload(ToneWav(8000, 1.0), {{"model", "whisper-1"}, {"prompt", "ignored"}}));
   EXPECT_EQ(w->status(), 200) << w->body();
   EXPECT_EQ(Json::parse(w->body())["text"], "hello world");
   ASSERT_EQ(asr_.num_calls(), 1);
@@ -111,7 +103,8 @@ TEST_F(AudioEndpointsTest, TranscriptionResamplesTheUploadTo16kHzAndAnswersJson)
 TEST_F(AudioEndpointsTest, BothEndpointsReleaseTheirSlotOnlyWhenTheBytesAreFlushed) {
   auto t = std::make_shared<RecordingWriter>();
   t->HoldFlush();
-  endpoints_.Transcribe(Upload(Wav(16000, 0.5), {{"model", "whisper-1"}}), t, [this] { ++done_; });
+  endpoints_.Transcribe(Upload(ToneWav(16000, 0.5), {{"model", "whisper-1"}}), t,
+                        [this] { ++done_; });
   t->Wait();
   EXPECT_EQ(t->status(), 200) << t->body();
   EXPECT_EQ(done_, 0);
@@ -132,12 +125,12 @@ TEST_F(AudioEndpointsTest, BothEndpointsReleaseTheirSlotOnlyWhenTheBytesAreFlush
 
 TEST_F(AudioEndpointsTest, TranscriptionFormatsTextAndVerboseJsonSegments) {
   asr_.final_texts = {"one two", "three"};
-  auto text =
-      Transcribe(Upload(Wav(16000, 2.5), {{"model", "pocketsphinx"}, {"response_format", "text"}}));
+  auto text = Transcribe(
+      Upload(ToneWav(16000, 2.5), {{"model", "pocketsphinx"}, {"response_format", "text"}}));
   EXPECT_EQ(text->status(), 200);
   EXPECT_EQ(text->body(), "one two three\n");
   auto verbose = Transcribe(Upload(
-      Wav(16000, 2.5), {{"model", "gpt-4o-transcribe"}, {"response_format", "verbose_json"}}));
+      ToneWav(16000, 2.5), {{"model", "gpt-4o-transcribe"}, {"response_format", "verbose_json"}}));
   const Json j = Json::parse(verbose->body());
   EXPECT_EQ(j["text"], "one two three");
   EXPECT_DOUBLE_EQ(j["duration"].get<double>(), 2.5);
@@ -147,7 +140,7 @@ TEST_F(AudioEndpointsTest, TranscriptionFormatsTextAndVerboseJsonSegments) {
 }
 
 TEST_F(AudioEndpointsTest, BadUploadsAreA400NamingTheParameterAndNeverReachAsr) {
-  const std::string wav = Wav(16000, 0.5);
+  const std::string wav = ToneWav(16000, 0.5);
   struct Case {
     HttpRequest request;
     std::string param;
@@ -181,7 +174,7 @@ TEST_F(AudioEndpointsTest, AudioLongerThanTheLimitIsRefused) {
   options_.max_transcription_audio = absl::Seconds(1);
   AudioEndpoints short_limit(options_, 1, asr_, tts_, clock_, metrics_);
   auto w = std::make_shared<RecordingWriter>();
-  short_limit.Transcribe(Upload(Wav(16000, 2.0), {{"model", "whisper-1"}}), w, [] {});
+  short_limit.Transcribe(Upload(ToneWav(16000, 2.0), {{"model", "whisper-1"}}), w, [] {});
   w->Wait();
   EXPECT_EQ(w->status(), 400);
   EXPECT_THAT(Error(*w)["message"].get<std::string>(),
@@ -192,7 +185,7 @@ TEST_F(AudioEndpointsTest, AudioLongerThanTheLimitIsRefused) {
 
 TEST_F(AudioEndpointsTest, AsrErrorsBecomeOpenAiErrors) {
   asr_.end_status = absl::UnavailableError("asr is restarting");
-  auto w = Transcribe(Upload(Wav(16000, 0.5), {{"model", "whisper-1"}}));
+  auto w = Transcribe(Upload(ToneWav(16000, 0.5), {{"model", "whisper-1"}}));
   EXPECT_EQ(w->status(), 503);
   EXPECT_FALSE(w->header("Retry-After").empty());
 }
