@@ -61,7 +61,10 @@ function(moe_add_library name)
 endfunction()
 
 function(moe_add_executable name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "SMOKE_RUNS" "SRCS;DEPS" ${ARGN})
+  if(NOT ARG_SMOKE_RUNS)
+    set(ARG_SMOKE_RUNS ${MOE_FUZZ_SMOKE_RUNS})
+  endif()
   add_executable(${name} ${ARG_SRCS})
   moe_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
@@ -96,12 +99,16 @@ elseif(MOE_TSAN)
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${CMAKE_SOURCE_DIR}/tools/sanitizers/tsan.supp)
 endif()
 
-# moe_add_fuzzer(NAME SRCS ... DEPS ... [SEEDS dir]): a libFuzzer binary in <build>/fuzz and a
-# ctest smoke pass (label fuzz): the committed seed corpus plus MOE_FUZZ_SMOKE_RUNS mutations.
+# moe_add_fuzzer(NAME SRCS ... DEPS ... [SMOKE_RUNS n]): a libFuzzer binary in <build>/fuzz and a
+# ctest smoke pass (label fuzz): the committed seed corpus plus MOE_FUZZ_SMOKE_RUNS mutations (or
+# SMOKE_RUNS, for a fuzzer whose engine is slow: asr, tts).
 # scripts/fuzz runs the long pass. Only with -DMOE_FUZZ=ON.
 set(MOE_FUZZ_SMOKE_RUNS 20000 CACHE STRING "libFuzzer -runs for each fuzzer's ctest smoke pass")
 function(moe_add_fuzzer name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "SMOKE_RUNS" "SRCS;DEPS" ${ARGN})
+  if(NOT ARG_SMOKE_RUNS)
+    set(ARG_SMOKE_RUNS ${MOE_FUZZ_SMOKE_RUNS})
+  endif()
   add_executable(${name} ${ARG_SRCS})
   moe_target_defaults(${name})
   target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
@@ -112,7 +119,7 @@ function(moe_add_fuzzer name)
   # A scratch copy of the seeds: libFuzzer writes what it finds into the first corpus dir.
   add_test(NAME ${name}_smoke COMMAND ${CMAKE_COMMAND}
     -DFUZZER=$<TARGET_FILE:${name}> -DSEEDS=${corpus} -DWORK=${CMAKE_BINARY_DIR}/fuzz/work/${name}
-    -DRUNS=${MOE_FUZZ_SMOKE_RUNS} -P ${CMAKE_SOURCE_DIR}/fuzz/smoke.cmake)
+    -DRUNS=${ARG_SMOKE_RUNS} -P ${CMAKE_SOURCE_DIR}/fuzz/smoke.cmake)
   set_tests_properties(${name}_smoke PROPERTIES LABELS fuzz TIMEOUT 300
     ENVIRONMENT "MOE_SOURCE_DIR=${CMAKE_SOURCE_DIR};${MOE_SANITIZER_TEST_ENV}")
 endfunction()
