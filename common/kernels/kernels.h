@@ -36,6 +36,27 @@
 // Error bound: |y - dot_double(bf16(x), w)| <= (k/16 + 5) * u * sum|bf16(x) w|, u = 2^-24 (each
 // lane adds at most k/16 + 1 roundings, the tree 4), plus flushed-denormal terms (< 2^-126 each).
 //
+// INT8 WEIGHTS (DType::kQ8_0, W8A8; opt-in, a cluster-wide numerics setting like the activation
+// mode: model::WeightsMode, EngineOptions::weights). A q8_0 matrix W[n, k] (k % 32 == 0) stores
+// each row as k int8 values q[0..k) in -127..127, then k/32 IEEE-half scales d[0..k/32)
+// (little-endian): element j is d[j / 32] * q[j]. QuantizeRowsQ8_0 (below) makes one. A MatMul
+// (MatMulMany, SwiGluMany) with q8_0 weights computes, whatever the Activations mode (W8A8 has its
+// own activation numerics):
+//   1. each 32-block b of the activation row x is quantized by QuantizeActivationsQ8 (below):
+//      xq[j] in -127..127 and one f32 scale xd[b];
+//   2. the dot product runs in 16 f32 lanes over 64-element chunks: in chunk c, lane l takes the
+//      4 elements e = 64c + 4l .. 64c + 4l + 3 of block b = 2c + l / 8, their integer dot product
+//      s = sum q[e] * xq[e] (exact in int32), and does acc[l] = fma(float(s), sd, acc[l]) where
+//      sd = float(d[b]) * xd[b] (one f32 rounding). When k / 32 is odd, the last chunk has block
+//      2c only and lanes 8..15 skip it;
+//   3. the 16 lanes are reduced by the tree of the f32 contract, then + bias (f32 of its dtype).
+// That is VPDPBUSD's grouping (a dword lane sums 4 byte products) with one scale FMA per lane and
+// block, so the VNNI path, the AVX2/AVX-512 maddubs/madd paths and the portable integer loops give
+// the same bits, independent of m, threads and batch position (batch invariance holds).
+// Error bound against the double-precision dot of the dequantized operands
+// sum_b d[b] xd[b] s_b: each lane adds at most k/64 + 1 roundings of the scale products and FMAs,
+// the tree 4: |y - exact| <= (2 * k / 64 + 6) * u * sum_b |d[b] xd[b] s_b|, u = 2^-24.
+//
 // Thread-safety: all functions are reentrant; `pool` may be null (then the caller's thread runs).
 #pragma once
 
@@ -61,7 +82,8 @@ const char* ActivationsName(Activations a);
 // round-to-nearest-even; NaN -> quiet NaN. Integer operations only: identical on every path.
 void RoundToBf16(const float* src, int64_t n, uint16_t* dst);
 
-// A read-only view of a 2-D weight matrix W[rows, cols] (row-major, contiguous rows).
+// A read-only view of a 2-D weight matrix W[rows, cols] (row-major, contiguous rows of
+// common::RowBytes(dtype, cols) bytes).
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
@@ -74,6 +96,20 @@ struct WeightView {
 // `act` selects the activation numerics (kBf16 changes results for bf16 weights only).
 void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool,
             const WeightView* bias = nullptr, Activations act = Activations::kF32);
+
+// Quantizes rows [0, rows) of src[rows, cols] (dtype f32/bf16/f16, cols % 32 == 0) to q8_0 into
+// dst (rows * RowBytes(kQ8_0, cols) bytes): per 32-block, amax = max |w| (f32), d = f16(amax / 127)
+// rounded to nearest even, q = clamp(RNE(w / float(d)), -127, 127) (d == 0: q = 0). Scalar,
+// identical everywhere; `pool` (may be null) splits the rows. Errors: InvalidArgument for another
+// dtype or cols % 32 != 0.
+absl::Status QuantizeRowsQ8_0(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
+                              ThreadPool* pool);
+
+// The activation quantization of the q8_0 MatMul (INT8 WEIGHTS step 1), for tests and references:
+// x[m, k] (k % 32 == 0) -> q[m, k] int8 and d[m, k / 32] f32. Per 32-block: amax = max |x|,
+// d = amax / 127 (f32 division), q = clamp(RNE(x / d)) with the clamp max(v, -127) then
+// min(v, 127) in x86's maxps/minps semantics (a NaN quotient becomes -127); d == 0: q = 0.
+void QuantizeActivationsQ8(const float* x, int64_t m, int64_t k, int8_t* q, float* d);
 
 // One MatMul of a MatMulMany batch: y[m, w.rows] = x[m, w.cols] · W^T (+ bias).
 struct MatMulTask {

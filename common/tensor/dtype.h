@@ -8,9 +8,22 @@
 
 namespace moe::common {
 
-enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+// kQ8_0 is a block type made on load (never in a checkpoint file; kernels.h INT8 WEIGHTS): a row
+// of k elements (k a multiple of 32) is k int8 values then k/32 f16 scales. Its element size
+// (DTypeSize) is that of the int8 part; RowBytes gives a whole row's bytes.
+enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kQ8_0 = 3 };
 
-constexpr int64_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+// The block size of kQ8_0 (elements per scale).
+inline constexpr int64_t kQ8BlockSize = 32;
+
+constexpr int64_t DTypeSize(DType t) {
+  return t == DType::kF32 ? 4 : t == DType::kQ8_0 ? 1 : 2;
+}
+
+// Bytes of one row of `cols` elements. REQUIRES for kQ8_0: cols % kQ8BlockSize == 0.
+constexpr int64_t RowBytes(DType t, int64_t cols) {
+  return t == DType::kQ8_0 ? cols + cols / kQ8BlockSize * 2 : cols * DTypeSize(t);
+}
 
 constexpr std::string_view DTypeName(DType t) {
   switch (t) {
@@ -20,6 +33,8 @@ constexpr std::string_view DTypeName(DType t) {
       return "bf16";
     case DType::kF16:
       return "f16";
+    case DType::kQ8_0:
+      return "q8_0";
   }
   return "?";
 }
