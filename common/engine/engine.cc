@@ -235,6 +235,28 @@ absl::Status Engine::Impl::Init(ExpertExecutor* experts) {
 
 absl::Status Engine::Impl::CheckWeights() const {
   const model::ModelConfig& c = config_;
+  // The weights' numerics must be the ones the engine tags its calls with: any q8_0 view means
+  // they were loaded in kQ8_0 mode, and that mode quantizes every dense projection it can.
+  bool any_q8 = false, dense_unquantized = false;
+  for (const model::LayerWeights& l : weights_.layers) {
+    for (const model::WeightView* v : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj}) {
+      if (v->data == nullptr) continue;
+      if (v->dtype == common::DType::kQ8_0) {
+        any_q8 = true;
+      } else if (v->cols % common::kQ8BlockSize == 0) {
+        dense_unquantized = true;
+      }
+    }
+  }
+  if (options_.weights == model::WeightsMode::kQ8_0 && dense_unquantized) {
+    return absl::InvalidArgumentError(
+        "engine: weights q8_0, but the checkpoint's projections were loaded as stored (load "
+        "them with model::LoadOptions::weights = kQ8_0)");
+  }
+  if (options_.weights == model::WeightsMode::kCheckpoint && any_q8) {
+    return absl::InvalidArgumentError(
+        "engine: the weights were quantized to q8_0 on load; set EngineOptions::weights to q8_0");
+  }
   if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_hidden_layers <= 0 ||
       c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
       c.num_attention_heads % c.num_key_value_heads != 0) {
@@ -550,6 +572,7 @@ absl::Status Engine::Impl::SubmitExperts(MicroBatch& mb, int64_t layer_idx, Step
   mb.call.layer_idx = static_cast<int32_t>(layer_idx);
   mb.call.hidden = hidden;
   mb.call.activations = options_.activations;
+  mb.call.weights = options_.weights;
   mb.call.batches.clear();
   for (int64_t e = 0; e < ne; ++e) {
     layer_counts[e] += mb.counts[e];

@@ -13,7 +13,7 @@
 // Architectures: Mixtral, Qwen2-MoE (q/k/v bias, shared expert with sigmoid gate,
 // norm_topk_prob), Qwen3-MoE (per-head q/k RMSNorm), OLMoE (q/k RMSNorm over the projection).
 // All activation math is f32 (by default; see EngineOptions::activations); weights f32/bf16/f16
-// as stored.
+// as stored, or the projections in q8_0 (EngineOptions::weights).
 //
 // Thread-safety: not thread-safe. One thread (the router's scheduler loop, the Generator's
 // caller) calls Step() and the accessors; Step() forks work onto the engine's thread pool and
@@ -61,6 +61,11 @@ struct EngineOptions {
   // legitimately differ (engine_bf16_test). Router gates, attention, norms, softmax and lm_head
   // stay f32 in both modes.
   kernels::Activations activations = kernels::Activations::kF32;
+  // The weight numerics the weights were loaded in (model::LoadOptions::weights; opt-in kQ8_0:
+  // kernels.h INT8 WEIGHTS, W8A8, which ignores `activations` for the quantized projections).
+  // Create() checks the weights agree; the engine tags its expert calls with it so that a worker
+  // loaded otherwise refuses them.
+  model::WeightsMode weights = model::WeightsMode::kCheckpoint;
   // InvalidArgument naming the field when a value is out of range.
   absl::Status Validate() const;
 };

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kernels/kernels.h"
+#include "common/model/weights.h"
 
 namespace moe::engine {
 
@@ -35,6 +36,8 @@ struct ExpertCall {
   // The caller's numerics mode (cluster-wide, EngineOptions::activations). Remote executors send
   // it so that a worker configured otherwise refuses the call rather than computing other bits.
   kernels::Activations activations = kernels::Activations::kF32;
+  // The caller's weight numerics (EngineOptions::weights), sent and checked the same way.
+  model::WeightsMode weights = model::WeightsMode::kCheckpoint;
 };
 
 using ExpertCallHandle = uint64_t;

@@ -83,11 +83,16 @@ std::string SerializeRootKey(const BlockHashRootKey& key) {
   return out;
 }
 
-std::string NumericsSetting(std::string_view activations, std::string_view kv_fidelity) {
+std::string NumericsSetting(std::string_view activations, std::string_view kv_fidelity,
+                            std::string_view weights) {
   std::string out = "activations=";
   out.append(activations);
   out.append(";kv=");
   out.append(kv_fidelity);
+  if (weights != "checkpoint") {
+    out.append(";weights=");
+    out.append(weights);
+  }
   return out;
 }
 

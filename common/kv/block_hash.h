@@ -87,10 +87,13 @@ struct BlockHashRootKey {
   std::string numerics = "activations=f32;kv=exact";
 };
 
-// The numerics part of the root: "activations=<f32|bf16>;kv=<exact|int8>". `activations` is the
-// cluster's activation mode (kernels' Activations name), `kv_fidelity` "exact" or "int8" (the
-// opt-in lossy mode of the kv-store's tiers, which changes outputs).
-std::string NumericsSetting(std::string_view activations, std::string_view kv_fidelity);
+// The numerics part of the root: "activations=<f32|bf16>;kv=<exact|int8>[;weights=q8_0]".
+// `activations` is the cluster's activation mode (kernels' Activations name), `kv_fidelity`
+// "exact" or "int8" (the opt-in lossy mode of the kv-store's tiers, which changes outputs),
+// `weights` the model::WeightsMode name: only a mode other than "checkpoint" is appended, so the
+// roots of clusters that keep their weights as stored did not change when the mode came.
+std::string NumericsSetting(std::string_view activations, std::string_view kv_fidelity,
+                            std::string_view weights = "checkpoint");
 
 // The exact root input bytes described at the top of this file.
 std::string SerializeRootKey(const BlockHashRootKey& key);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -126,6 +127,37 @@ absl::StatusOr<WeightView> Checkpoint::Bind(const std::string& name,
   return v;
 }
 
+absl::StatusOr<WeightView> Checkpoint::MaybeQuantize(const WeightView& v, TensorRole role) {
+  if (options_.weights != WeightsMode::kQ8_0 || !QuantizedInQ8Mode(role) ||
+      v.cols % common::kQ8BlockSize != 0 || v.data == nullptr) {
+    return v;
+  }
+  // One copy per source tensor: an expert mapped again (a worker's unload then load) reuses it.
+  if (auto it = quantized_by_source_.find(v.data); it != quantized_by_source_.end()) {
+    return it->second;
+  }
+  const size_t bytes = static_cast<size_t>(v.rows * common::RowBytes(common::DType::kQ8_0, v.cols));
+  void* dst = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (dst == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(dir_, ": no memory for ", bytes, " bytes of q8_0 weights"));
+  }
+  quantized_.emplace_back(dst);
+  if (quantize_pool_ == nullptr) {
+    const int threads = options_.quantize_threads > 0
+                            ? options_.quantize_threads
+                            : std::max(1u, std::thread::hardware_concurrency());
+    quantize_pool_ = std::make_unique<kernels::ThreadPool>(threads);
+  }
+  RETURN_IF_ERROR(
+      kernels::QuantizeRowsQ8_0(v.data, v.dtype, v.rows, v.cols, dst, quantize_pool_.get()));
+  WeightView q = v;
+  q.data = dst;
+  q.dtype = common::DType::kQ8_0;
+  quantized_by_source_.emplace(v.data, q);
+  return q;
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir,
                                                              const LoadOptions& options) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
@@ -163,10 +195,17 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     }
     if (!want) continue;
     ASSIGN_OR_RETURN(WeightView v, ck->Bind(s.name, s.shape, options.prefetch));
+    ASSIGN_OR_RETURN(v, ck->MaybeQuantize(v, s.role));
     *SlotView(w, s) = v;
-    ck->loaded_bytes_ += v.rows * v.cols * common::DTypeSize(v.dtype);
+    ck->loaded_bytes_ += v.rows * common::RowBytes(v.dtype, v.cols);
   }
-  if (c.tie_word_embeddings && options.dense) w.lm_head = w.embed_tokens;
+  if (c.tie_word_embeddings && options.dense) {
+    ASSIGN_OR_RETURN(w.lm_head, ck->MaybeQuantize(w.embed_tokens, TensorRole::kLmHead));
+    if (w.lm_head.data != w.embed_tokens.data) {
+      ck->loaded_bytes_ += w.lm_head.rows * common::RowBytes(w.lm_head.dtype, w.lm_head.cols);
+    }
+  }
+  ck->quantize_pool_.reset();  // MapExpert makes another when it needs one
   return ck;
 }
 
@@ -179,9 +218,11 @@ absl::StatusOr<ExpertWeights> Checkpoint::MapExpert(int64_t layer, int64_t exper
        {TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kExpertDown}) {
     std::vector<int64_t> shape =
         role == TensorRole::kExpertDown ? std::vector<int64_t>{h, f} : std::vector<int64_t>{f, h};
-    ASSIGN_OR_RETURN(*SlotView(e, role), Bind(ExpertTensorName(config_, layer, expert, role), shape,
-                                              options_.prefetch));
+    ASSIGN_OR_RETURN(WeightView v, Bind(ExpertTensorName(config_, layer, expert, role), shape,
+                                        options_.prefetch));
+    ASSIGN_OR_RETURN(*SlotView(e, role), MaybeQuantize(v, role));
   }
+  quantize_pool_.reset();
   return e;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +16,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/kernels/thread_pool.h"
+#include "common/model/checkpoint_layout.h"
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
 #include "common/model/weights.h"
@@ -40,6 +43,12 @@ struct LoadOptions {
   bool strict_dtype = true;
   // madvise(WILLNEED) the loaded tensors so the first forward pass does not fault them in.
   bool prefetch = false;
+  // kQ8_0: the projections are quantized on load into memory the Checkpoint owns (weights.h says
+  // which; a tensor whose input features are not a multiple of 32 stays as stored). The mapped
+  // file pages are then read once and left to the page cache.
+  WeightsMode weights = WeightsMode::kCheckpoint;
+  // Threads quantizing on load (kQ8_0); 0 = the machine's hardware threads.
+  int quantize_threads = 0;
 
   static LoadOptions All() { return {}; }
   static LoadOptions DenseOnly() {
@@ -73,7 +82,8 @@ class Checkpoint {
   // Unselected tensors have null views; `weights().layers[l].experts` has num_experts entries
   // on every MoE layer.
   const ModelWeights& weights() const { return weights_; }
-  // Bytes of tensor data the bound views cover (tied lm_head counted once).
+  // Bytes of tensor data the bound views cover (tied lm_head counted once; a quantized tensor
+  // counts its q8_0 bytes, a tied lm_head quantized apart from the embeddings counts both).
   int64_t loaded_bytes() const { return loaded_bytes_; }
   // The files mapped so far (shard name -> file).
   std::vector<std::string> mapped_files() const;
@@ -88,6 +98,8 @@ class Checkpoint {
   absl::StatusOr<const SafetensorsFile*> FileFor(const std::string& tensor);
   absl::StatusOr<WeightView> Bind(const std::string& name, const std::vector<int64_t>& shape,
                                   bool prefetch);
+  // `v` quantized to q8_0 when options_.weights says so for `role` (else `v`).
+  absl::StatusOr<WeightView> MaybeQuantize(const WeightView& v, TensorRole role);
 
   std::string dir_;
   ModelConfig config_;
@@ -98,6 +110,13 @@ class Checkpoint {
   std::map<std::string, std::string> weight_map_;
   std::string single_file_;  // "model.safetensors" when unsharded
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
+  // The q8_0 copies (WeightsMode::kQ8_0), 64-byte aligned.
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<void, FreeDeleter>> quantized_;
+  std::map<const void*, WeightView> quantized_by_source_;  // source data -> its q8_0 view
+  std::unique_ptr<kernels::ThreadPool> quantize_pool_;
 };
 
 }  // namespace moe::model

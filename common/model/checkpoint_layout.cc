@@ -13,6 +13,28 @@ std::string MoePrefix(const ModelConfig& c, int64_t layer) {
 
 }  // namespace
 
+bool QuantizedInQ8Mode(TensorRole r) {
+  switch (r) {
+    case TensorRole::kLmHead:
+    case TensorRole::kQProj:
+    case TensorRole::kKProj:
+    case TensorRole::kVProj:
+    case TensorRole::kOProj:
+    case TensorRole::kExpertGate:
+    case TensorRole::kExpertUp:
+    case TensorRole::kExpertDown:
+    case TensorRole::kSharedGate:
+    case TensorRole::kSharedUp:
+    case TensorRole::kSharedDown:
+    case TensorRole::kDenseGate:
+    case TensorRole::kDenseUp:
+    case TensorRole::kDenseDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string ExpertTensorName(const ModelConfig& c, int64_t layer, int64_t expert, TensorRole role) {
   std::string base = absl::StrCat(MoePrefix(c, layer), "experts.", expert, ".");
   const bool mixtral = c.arch == Arch::kMixtral;

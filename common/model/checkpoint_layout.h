@@ -54,6 +54,10 @@ inline bool IsExpertRole(TensorRole r) {
   return r == TensorRole::kExpertGate || r == TensorRole::kExpertUp || r == TensorRole::kExpertDown;
 }
 
+// Whether WeightsMode::kQ8_0 quantizes a tensor of this role (weights.h: the projections and
+// lm_head; not the router gates, embeddings, norms or biases).
+bool QuantizedInQ8Mode(TensorRole r);
+
 struct TensorSlot {
   std::string name;
   std::vector<int64_t> shape;  // HF shape: [out, in] for Linear weights, [n] for norms/biases

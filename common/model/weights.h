@@ -10,6 +10,21 @@
 namespace moe::model {
 
 using kernels::WeightView;  // data == nullptr means "absent" (e.g. no bias)
+
+// The cluster's weight numerics: the checkpoint's weights as stored (f32/bf16/f16), or the
+// projections quantized to q8_0 on load (kernels.h INT8 WEIGHTS: W8A8). Opt-in and cluster-wide
+// like the activation mode: every router and expert worker of a cluster loads the same way, and
+// a peer in another mode is refused (ExpertCall::weights), since the bits differ.
+// In kQ8_0 mode the Linear weights with a multiple of 32 input features are quantized: q/k/v/o,
+// routed and shared experts, dense MLPs and lm_head. The MoE router gates, the shared-expert gate,
+// the embeddings, norms and biases stay as stored (they are small, and routing decisions are the
+// most sensitive to rounding: llama.cpp keeps its ffn_gate_inp unquantized too).
+enum class WeightsMode : uint8_t { kCheckpoint = 0, kQ8_0 = 1 };
+
+// "checkpoint" / "q8_0" (the config value of core.weights).
+constexpr const char* WeightsModeName(WeightsMode m) {
+  return m == WeightsMode::kQ8_0 ? "q8_0" : "checkpoint";
+}
 // Convention: a 1-D tensor [n] (norm weights, biases) is the view rows = 1, cols = n.
 
 // One expert's SwiGLU FFN: down(silu(gate x) * up x). HF names: Mixtral w1/w3/w2,

@@ -57,6 +57,7 @@ void EncodeRequest(CallHeader header, const engine::ExpertCall& call,
   header.hidden = call.hidden;
   header.layer_idx = call.layer_idx;
   header.activations = static_cast<uint32_t>(call.activations);
+  header.weights = static_cast<uint32_t>(call.weights);
   std::memcpy(payload, &header, sizeof(header));
   std::byte* table = payload + sizeof(CallHeader);
   uint64_t offset = sizeof(CallHeader) + TableBytes(batch_idx.size());
@@ -108,6 +109,11 @@ absl::Status DecodeRequest(const std::byte* payload, uint32_t payload_bytes, int
   out->call.layer_idx = h.layer_idx;
   out->call.hidden = hidden;
   out->call.activations = static_cast<kernels::Activations>(h.activations);
+  if (h.weights > static_cast<uint32_t>(model::WeightsMode::kQ8_0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm request: unknown weights mode ", h.weights));
+  }
+  out->call.weights = static_cast<model::WeightsMode>(h.weights);
   out->call.batches.reserve(entries.size());
   uint64_t offset = table_end;
   for (const BatchEntry& e : entries) {

@@ -30,7 +30,7 @@ struct CallHeader {
   int32_t num_batches = 0;
   int64_t hidden = 0;
   uint32_t activations = 0;  // kernels::Activations as an integer
-  uint32_t reserved = 0;
+  uint32_t weights = 0;      // model::WeightsMode as an integer
   int64_t sent_mono_ns = 0;  // CLOCK_MONOTONIC when the router began writing it (timing only)
   int64_t reserved2 = 0;
 };

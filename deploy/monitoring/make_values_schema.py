@@ -78,7 +78,7 @@ schema = {
         "mountPath": s(pattern="^/"),
       }, required=["name", "source"],
       ),
-    "numerics": obj({"device": s(enum=["cpu", "gpu"]), "activations": s(enum=["f32", "bf16"]), "lossyKv": b}, required=["device", "activations"]),
+    "numerics": obj({"device": s(enum=["cpu", "gpu"]), "activations": s(enum=["f32", "bf16"]), "weights": s(enum=["checkpoint", "q8_0"]), "lossyKv": b}, required=["device", "activations"]),
     "logLevel": s(enum=["trace", "debug", "info", "warn", "error", "off"]),
     "ports": obj({k: port for k in ["gatewayHttp", "routerGrpc", "expertGrpc", "kvStoreGrpc", "asrGrpc", "ttsGrpc", "metrics"]}),
     "podSecurityContext": anyobj, "containerSecurityContext": anyobj,

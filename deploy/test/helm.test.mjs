@@ -215,6 +215,19 @@ test('the kv-store is on by default, shared by every router; lossy K/V is one cl
   assert.ok(!off.some((o) => o.kind === 'StatefulSet' && o.metadata.name.endsWith('kv-store')));
 });
 
+test('numerics.weights reaches every router and expert worker as core.weights', () => {
+  const cmOf = (objs) => objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
+  const workerConfigs = (cm) => Object.keys(cm.data).filter((k) => k.startsWith('expert-worker'))
+    .map((k) => YAML.parse(cm.data[k]));
+  const def = cmOf(rendered.default.helm3);
+  assert.equal(YAML.parse(def.data['router.yaml']).core.weights, 'checkpoint');
+  const q8 = cmOf(render('helm3', ['--set', 'numerics.weights=q8_0']));
+  assert.equal(YAML.parse(q8.data['router.yaml']).core.weights, 'q8_0');
+  const workers = workerConfigs(q8);
+  assert.ok(workers.length >= 1);
+  for (const w of workers) assert.equal(w.core.weights, 'q8_0');
+});
+
 test('placement: worker ids in pool order, one entry per pool and expert spec', () => {
   const cm = rendered.gpu.helm3.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-config'));
   const cfg = YAML.parse(cm.data['router.yaml']);
@@ -415,6 +428,7 @@ const WRONG = [
   [['--set', 'gateway.replicass=2'], /replicass/],
   [['--set', 'routers.replicas=0'], /routers/],
   [['--set', 'numerics.activations=fp8'], /activations/],
+  [['--set', 'numerics.weights=int4'], /weights/],
   [['--set', 'model.source=s3'], /source/],
   [['--set', 'model.source=pvc'], /claimName|allOf|then/],
   [['--set', 'routers.gpus=1'], /gpus|allOf|then/],

@@ -45,6 +45,15 @@ std::vector<ExpertKey> KeysFromProto(
   }
   if (absl::Status s = core.CheckActivations(mode); !s.ok()) return common::rpc::ToGrpcStatus(s);
   call->activations = mode;
+  if (request.weights() != pb::WEIGHTS_CHECKPOINT && request.weights() != pb::WEIGHTS_Q8_0) {
+    return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("unknown weights mode ", request.weights()));
+  }
+  call->weights = request.weights() == pb::WEIGHTS_Q8_0 ? model::WeightsMode::kQ8_0
+                                                        : model::WeightsMode::kCheckpoint;
+  if (absl::Status s = core.CheckWeights(call->weights); !s.ok()) {
+    return common::rpc::ToGrpcStatus(s);
+  }
   call->layer_idx = request.layer_idx();
   call->hidden = hidden;
   call->batches.reserve(static_cast<size_t>(request.batches_size()));

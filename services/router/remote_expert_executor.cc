@@ -407,6 +407,8 @@ void RemoteExpertExecutor::Dispatch(Pending* p, const std::vector<size_t>& batch
     rpc->request.set_activations(p->call.activations == kernels::Activations::kBf16
                                      ? pb::ACTIVATIONS_BF16
                                      : pb::ACTIVATIONS_F32);
+    rpc->request.set_weights(p->call.weights == model::WeightsMode::kQ8_0 ? pb::WEIGHTS_Q8_0
+                                                                          : pb::WEIGHTS_CHECKPOINT);
     for (size_t i : rpc->batch_idx) {
       const engine::ExpertBatch& b = p->call.batches[i];
       pb::ExpertBatch* out = rpc->request.add_batches();

@@ -4,10 +4,13 @@
 //                [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
 //                [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
 //                [--stop-token-ids 1,2] [--ignore-eos] [--threads N] [--block-size B]
-//                [--activations f32|bf16] [--json [--logits last|all] [--logits-out FILE]]
+//                [--activations f32|bf16] [--weights checkpoint|q8_0]
+//                [--json [--logits last|all] [--logits-out FILE]]
 //
 // --activations bf16: the opt-in bf16-activation numerics (EngineOptions::activations; bf16
 // weights only, fastest on AVX-512 BF16 CPUs). Default f32.
+// --weights q8_0: the projections quantized to q8_0 on load, W8A8 (model::WeightsMode, kernels.h
+// INT8 WEIGHTS). Default checkpoint (as stored).
 //
 // Without --json the generated text streams to stdout as tokens arrive. With --json one line:
 //   {"prompt_ids":[...],"output_ids":[...],"text":"...","finish_reason":"stop|length"}
@@ -93,6 +96,7 @@ struct Flags {
   int64_t threads = 0;
   int64_t block_size = 16;
   kernels::Activations activations = kernels::Activations::kF32;
+  model::WeightsMode weights = model::WeightsMode::kCheckpoint;
   generation::SamplingParams sampling;
 };
 
@@ -116,6 +120,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& argv) {
                                    "threads",
                                    "block-size",
                                    "activations",
+                                   "weights",
                                    "json",
                                    "logits",
                                    "logits-out"}));
@@ -140,6 +145,14 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& argv) {
     } else if (*act != "f32") {
       return absl::InvalidArgumentError(
           absl::StrCat("--activations: '", *act, "' is not f32 or bf16"));
+    }
+  }
+  if (const auto w = args.Get("weights"); w.has_value()) {
+    if (*w == "q8_0") {
+      f.weights = model::WeightsMode::kQ8_0;
+    } else if (*w != "checkpoint") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--weights: '", *w, "' is not checkpoint or q8_0"));
     }
   }
   f.logits = args.GetOr("logits", "");
@@ -219,7 +232,9 @@ int RunGenerate(const Args& /*parsed*/, const std::vector<std::string>& argv) {
     prompt_ids = std::move(*ids);
   }
 
-  auto ckpt = model::Checkpoint::Open(f.model);
+  model::LoadOptions load;
+  load.weights = f.weights;
+  auto ckpt = model::Checkpoint::Open(f.model, load);
   if (!ckpt.ok()) return Fail(kFailure, std::string(ckpt.status().message()));
   const model::ModelConfig& config = (*ckpt)->config();
   for (int32_t id : prompt_ids) {
@@ -261,6 +276,7 @@ int RunGenerate(const Args& /*parsed*/, const std::vector<std::string>& argv) {
                                     : std::max(1u, std::thread::hardware_concurrency());
   eopts.block_size = f.block_size;
   eopts.activations = f.activations;
+  eopts.weights = f.weights;
   int64_t total = static_cast<int64_t>(prompt_ids.size()) + f.sampling.max_tokens;
   if (config.max_position_embeddings > 0) {
     total = std::min<int64_t>(total, config.max_position_embeddings);

@@ -36,7 +36,7 @@
 {{- define "moe.config.router" -}}
 {{- $v := .Values -}}
 {{- $base := dict
-  "core" (dict "model_dir" (include "moe.modelDir" .) "model_name" $v.model.name "activations" $v.numerics.activations)
+  "core" (dict "model_dir" (include "moe.modelDir" .) "model_name" $v.model.name "activations" $v.numerics.activations "weights" ($v.numerics.weights | default "checkpoint"))
   "grpc" (dict "host" "0.0.0.0" "port" (int $v.ports.routerGrpc))
   "metrics" (dict "host" "0.0.0.0" "port" (int $v.ports.metrics))
   "log_level" $v.logLevel
@@ -75,7 +75,7 @@
 {{- $metricsPort = add $metricsPort 1 .index | int -}}
 {{- end -}}
 {{- $base := dict
-  "core" (dict "model_dir" (include "moe.modelDir" .root) "experts" .pool.experts "activations" $v.numerics.activations)
+  "core" (dict "model_dir" (include "moe.modelDir" .root) "experts" .pool.experts "activations" $v.numerics.activations "weights" ($v.numerics.weights | default "checkpoint"))
   "shm" (dict "enabled" (and $v.routers.sidecarExperts true) "dir" "/dev/shm")
   "grpc" (dict "host" $host "port" $grpcPort)
   "metrics" (dict "host" "0.0.0.0" "port" $metricsPort)

@@ -23,7 +23,7 @@ namespace moe::expert_worker {
 namespace {
 
 int64_t ViewBytes(const kernels::WeightView& v) {
-  return v.rows * v.cols * common::DTypeSize(v.dtype);
+  return v.rows * common::RowBytes(v.dtype, v.cols);
 }
 
 int64_t ExpertBytes(const model::ExpertWeights& w) {
@@ -68,6 +68,7 @@ class ExpertWorkerCore::Impl {
     return checkpoint_->config();
   }
   kernels::Activations activations() const { return options_.activations; }
+  model::WeightsMode weights_mode() const { return options_.weights; }
   Compute compute() const { return options_.compute; }
 
  private:
@@ -168,6 +169,10 @@ absl::Status ExpertWorkerCoreOptions::Validate() const {
         "compute: cuda computes the gpu numerics (bf16 activations into tensor cores); set "
         "activations: bf16 on this worker and its routers");
   }
+  if (compute == Compute::kCuda && weights != model::WeightsMode::kCheckpoint) {
+    return absl::InvalidArgumentError(
+        "compute: cuda uploads the checkpoint's weights as bf16; weights: q8_0 is CPU-only");
+  }
   if (compute == Compute::kCuda && max_concurrent_calls != 1) {
     return absl::InvalidArgumentError(
         "compute: cuda needs max_concurrent_calls: 1 (one device copy of the weights)");
@@ -183,6 +188,14 @@ absl::Status ExpertWorkerCore::CheckActivations(kernels::Activations caller) con
       absl::StrCat("the caller computes with ", kernels::ActivationsName(caller),
                    " activations and this worker with ", kernels::ActivationsName(activations()),
                    ": core.activations must be the same on every process of the cluster"));
+}
+
+absl::Status ExpertWorkerCore::CheckWeights(model::WeightsMode caller) const {
+  if (caller == impl_->weights_mode()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the caller computes with ", model::WeightsModeName(caller),
+                   " weights and this worker with ", model::WeightsModeName(impl_->weights_mode()),
+                   ": core.weights must be the same on every process of the cluster"));
 }
 
 ExpertWorkerCore::Impl::Impl(const ExpertWorkerCoreOptions& options, common::Clock& clock,
@@ -215,6 +228,7 @@ absl::Status ExpertWorkerCore::Impl::RebuildDeviceExecutors() {
 
 absl::Status ExpertWorkerCore::Impl::Init(const std::vector<ExpertKey>& keys) {
   model::LoadOptions load = model::LoadOptions::OnlyExperts(keys);
+  load.weights = options_.weights;
   absl::MutexLock lock(&weights_mu_);
   ASSIGN_OR_RETURN(checkpoint_, model::Checkpoint::Open(options_.model_dir, load));
   weights_ = checkpoint_->weights();

@@ -66,6 +66,9 @@ struct ExpertWorkerCoreOptions {
   // Activation numerics of the expert FFNs (kernels.h): cluster-wide, must match the routers'
   // core.activations.
   kernels::Activations activations = kernels::Activations::kF32;
+  // Weight numerics (model::WeightsMode): checkpoint (as stored) or q8_0 (quantized on load:
+  // kernels.h INT8 WEIGHTS). Cluster-wide, must match the routers' core.weights.
+  model::WeightsMode weights = model::WeightsMode::kCheckpoint;
   // cpu (default): engine::LocalExpertExecutor, bitwise the embedded engine. cuda: the grouped
   // bf16 expert FFN on device 0 (engine::CudaExpertExecutor; the `gpu` numerics, within a
   // tolerance of the CPU, not its bits). Until the wire carries a `gpu` numerics tag, cuda
@@ -93,11 +96,16 @@ struct ExpertWorkerCoreOptions {
     s.AddEnum("activations", &ExpertWorkerCoreOptions::activations,
               {{"f32", kernels::Activations::kF32}, {"bf16", kernels::Activations::kBf16}},
               "activation numerics, cluster-wide (must match the routers')");
+    s.AddEnum(
+        "weights", &ExpertWorkerCoreOptions::weights,
+        {{"checkpoint", model::WeightsMode::kCheckpoint}, {"q8_0", model::WeightsMode::kQ8_0}},
+        "weight numerics, cluster-wide (must match the routers'): as stored, or q8_0 on load");
     s.AddEnum("compute", &ExpertWorkerCoreOptions::compute,
               {{"cpu", Compute::kCpu}, {"cuda", Compute::kCuda}},
               "where expert FFNs run: cpu (default) or cuda (needs nvcc at build, a GPU at start)");
   }
-  // Fields, then: compute cuda needs activations bf16 and max_concurrent_calls 1.
+  // Fields, then: compute cuda needs activations bf16, weights checkpoint and
+  // max_concurrent_calls 1.
   absl::Status Validate() const;
 };
 
@@ -166,6 +174,8 @@ class ExpertWorkerCore {
   // OK when a caller computing with `caller` activations may use this worker; INVALID_ARGUMENT
   // naming core.activations otherwise (every transport refuses such a call the same way).
   absl::Status CheckActivations(kernels::Activations caller) const;
+  // Likewise for the caller's weight numerics (options.weights, naming core.weights).
+  absl::Status CheckWeights(model::WeightsMode caller) const;
 
  private:
   class Impl;  // the resident set, the slots, their threads and queue (expert_worker_core.cc)

@@ -58,6 +58,7 @@ int64_t CoreCallHandler::hidden() const { return core_.config().hidden_size; }
 
 absl::Status CoreCallHandler::Run(const engine::ExpertCall& call, absl::Duration* compute) {
   RETURN_IF_ERROR(core_.CheckActivations(call.activations));
+  RETURN_IF_ERROR(core_.CheckWeights(call.weights));
   return core_.Run(call, compute);
 }
 

@@ -100,7 +100,8 @@ absl::StatusOr<Json> ChartValues(const ClusterSpec& c, const std::vector<PoolSpe
 
   const Json& numerics = Obj(s, "numerics");
   v["numerics"] = {{"device", Get<std::string>(numerics, "device", "cpu")},
-                   {"activations", Get<std::string>(numerics, "activations", "f32")}};
+                   {"activations", Get<std::string>(numerics, "activations", "f32")},
+                   {"weights", Get<std::string>(numerics, "weights", "checkpoint")}};
 
   const Json& a = Obj(s, "autoscaling");
   const Json& targets = Obj(a, "targets");

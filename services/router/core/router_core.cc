@@ -36,10 +36,12 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
     }
   }
   // In-process experts need every tensor; remote ones leave the routed experts to the workers.
-  ASSIGN_OR_RETURN(core->checkpoint_,
-                   model::Checkpoint::Open(options.model_dir, experts != nullptr
-                                                                  ? model::LoadOptions::DenseOnly()
-                                                                  : model::LoadOptions::All()));
+  ASSIGN_OR_RETURN(core->checkpoint_, model::Checkpoint::Open(options.model_dir, [&] {
+                     model::LoadOptions load = experts != nullptr ? model::LoadOptions::DenseOnly()
+                                                                  : model::LoadOptions::All();
+                     load.weights = options.weights;
+                     return load;
+                   }()));
   const model::ModelConfig& config = core->checkpoint_->config();
 
   engine::EngineOptions engine_options;
@@ -51,6 +53,7 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
   engine_options.micro_batches = options.micro_batches;
   engine_options.micro_batch_min_tokens = options.micro_batch_min_tokens;
   engine_options.activations = options.activations;
+  engine_options.weights = options.weights;
   ASSIGN_OR_RETURN(core->engine_, engine::Engine::Create(config, core->checkpoint_->weights(),
                                                          engine_options, experts));
   core->runner_ = std::make_unique<EngineModelRunner>(core->engine_.get());
@@ -66,7 +69,8 @@ absl::StatusOr<std::unique_ptr<RouterCore>> RouterCore::Create(const RouterCoreO
   kv_options.kv_dtype = common::DType::kF32;  // the engine keeps K/V in f32
   kv_options.checkpoint_fingerprint = fingerprint;
   kv_options.numerics =
-      kv::NumericsSetting(kernels::ActivationsName(options.activations), tier.fidelity());
+      kv::NumericsSetting(kernels::ActivationsName(options.activations), tier.fidelity(),
+                          model::WeightsModeName(options.weights));
   core->kv_namespace_ =
       kv::BlockHashRootKey{kv_options.model_id, kv_options.block_size, kv_options.kv_dtype, ""};
   core->kv_namespace_.checkpoint_fingerprint = kv_options.checkpoint_fingerprint;

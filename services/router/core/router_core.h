@@ -50,6 +50,10 @@ struct RouterCoreOptions {
   // setting; bf16 (opt-in, bf16 weights, fastest on AVX-512 BF16) needs the same value on every
   // router and expert worker.
   kernels::Activations activations = kernels::Activations::kF32;
+  // Weight numerics (EngineOptions::weights; model::WeightsMode): checkpoint (as stored) or q8_0
+  // (quantized on load, W8A8: kernels.h INT8 WEIGHTS). Cluster-wide like activations; part of
+  // the KV block root, so blocks computed in another mode are never reused.
+  model::WeightsMode weights = model::WeightsMode::kCheckpoint;
   // Also export vllm:num_requests_waiting and vllm:kv_cache_usage_perc (the names Gateway API
   // Inference Extension endpoint pickers read by default). Off: `promtool check metrics` rejects
   // the ':' in them; point the picker at moe_requests_waiting / moe_kv_usage_ratio{tier="l1"}.
@@ -76,6 +80,10 @@ struct RouterCoreOptions {
     s.AddEnum("activations", &RouterCoreOptions::activations,
               {{"f32", kernels::Activations::kF32}, {"bf16", kernels::Activations::kBf16}},
               "activation numerics, cluster-wide (bf16: opt-in, bf16 weights)");
+    s.AddEnum(
+        "weights", &RouterCoreOptions::weights,
+        {{"checkpoint", model::WeightsMode::kCheckpoint}, {"q8_0", model::WeightsMode::kQ8_0}},
+        "weight numerics, cluster-wide: as stored, or q8_0 on load (opt-in)");
     s.Add("vllm_metric_aliases", &RouterCoreOptions::vllm_metric_aliases,
           "also export vllm:num_requests_waiting, vllm:kv_cache_usage_perc (GIE)");
     s.Section("scheduler", &RouterCoreOptions::scheduler);
