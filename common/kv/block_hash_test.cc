@@ -124,8 +124,14 @@ TEST(BlockHashTest, EveryRootKeyFieldSeparatesNamespaces) {
   k = base;
   k.numerics = NumericsSetting("f32", "int8");
   roots.insert(RootHash(k));
-  EXPECT_EQ(roots.size(), 8u);
+  k = base;
+  k.numerics = NumericsSetting("f32", "exact", "q8_0");
+  roots.insert(RootHash(k));
+  EXPECT_EQ(roots.size(), 9u);
   EXPECT_EQ(base.numerics, NumericsSetting("f32", "exact"));
+  // Weights as stored name no weights mode: those roots are the ones before the mode existed.
+  EXPECT_EQ(NumericsSetting("f32", "exact", "checkpoint"), "activations=f32;kv=exact");
+  EXPECT_EQ(NumericsSetting("bf16", "int8", "q8_0"), "activations=bf16;kv=int8;weights=q8_0");
   // Length prefixes keep field boundaries: moving a byte from model id to salt is a new key.
   EXPECT_NE(RootHash({"ab", 16, DType::kF32, "c"}), RootHash({"a", 16, DType::kF32, "bc"}));
 }

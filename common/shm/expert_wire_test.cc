@@ -18,6 +18,7 @@ TEST(ExpertWireTest, RequestRoundTripsInPlaceAndResponsesLineUp) {
   call.layer_idx = 2;
   call.hidden = hidden;
   call.activations = kernels::Activations::kBf16;
+  call.weights = model::WeightsMode::kQ8_0;
   call.batches = {{5, 2, a.data(), nullptr}, {1, 1, b.data(), nullptr}, {7, 1, c.data(), nullptr}};
   const std::vector<size_t> idx = {0, 2};  // this worker's share
   const std::vector<int64_t> rows = {2, 1};
@@ -33,6 +34,7 @@ TEST(ExpertWireTest, RequestRoundTripsInPlaceAndResponsesLineUp) {
   EXPECT_EQ(d.header.placement_version, 3u);
   EXPECT_EQ(d.call.layer_idx, 2);
   EXPECT_EQ(d.call.activations, kernels::Activations::kBf16);
+  EXPECT_EQ(d.call.weights, model::WeightsMode::kQ8_0);
   ASSERT_EQ(d.call.batches.size(), 2u);
   EXPECT_EQ(d.call.batches[0].expert_id, 5);
   EXPECT_EQ(d.call.batches[1].expert_id, 7);

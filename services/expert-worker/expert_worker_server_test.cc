@@ -146,6 +146,15 @@ TEST_F(ExpertWorkerServerTest, MapsErrorsToGrpcCodes) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), ::testing::HasSubstr("core.activations"));
   }
+  {
+    // Likewise a caller whose weights were loaded in another mode (q8_0 vs as stored).
+    pb::RunExpertsRequest other = Request(0, {0}, 2);
+    other.set_weights(pb::WEIGHTS_Q8_0);
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub_->RunExperts(&ctx, other, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), ::testing::HasSubstr("core.weights"));
+  }
 }
 
 TEST_F(ExpertWorkerServerTest, LoadAndUnloadReportTheResidentSet) {

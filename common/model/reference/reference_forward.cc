@@ -30,9 +30,33 @@ double At(const WeightView& w, int64_t row, int64_t col) {
 // A 1-D weight (norm, bias) element.
 double Elem(const WeightView& w, int64_t i) { return At(w, 0, i); }
 
-// y = W x (+ b): y[r] = sum_c W[r, c] x[c], summed in double in column order.
-std::vector<double> Linear(const WeightView& w, const std::vector<double>& x,
+// The activation side of W8A8 (kernels.h INT8 WEIGHTS), written independently of the kernels: x
+// as the engine holds it (f32), then per 32-block amax, scale d = f32(amax / 127) and
+// q = clamp(round-half-even(x / d), -127, 127); returns the dequantized d * q.
+std::vector<double> QuantizedActivations(const std::vector<double>& x) {
+  std::vector<double> out(x.size());
+  for (size_t b = 0; b < x.size(); b += common::kQ8BlockSize) {
+    const size_t end = std::min(x.size(), b + common::kQ8BlockSize);
+    float amax = 0;
+    for (size_t i = b; i < end; ++i) amax = std::max(amax, std::fabs(static_cast<float>(x[i])));
+    const float d = amax / 127.0f;
+    for (size_t i = b; i < end; ++i) {
+      if (d == 0) {
+        out[i] = 0;
+        continue;
+      }
+      const float v = std::clamp(static_cast<float>(x[i]) / d, -127.0f, 127.0f);
+      out[i] = static_cast<double>(d) * std::nearbyint(v);
+    }
+  }
+  return out;
+}
+
+// y = W x (+ b): y[r] = sum_c W[r, c] x[c], summed in double in column order. q8_0 weights (the
+// W8A8 mode) take x quantized as the engine's kernels quantize it.
+std::vector<double> Linear(const WeightView& w, const std::vector<double>& x_in,
                            const WeightView* bias = nullptr) {
+  const std::vector<double> x = w.dtype == common::DType::kQ8_0 ? QuantizedActivations(x_in) : x_in;
   std::vector<double> y(w.rows, 0.0);
   for (int64_t r = 0; r < w.rows; ++r) {
     double s = 0;

@@ -153,6 +153,50 @@ TEST_F(ExpertWorkerCoreTest, Bf16ActivationsAreTheInProcessExecutorsInThatMode) 
   std::filesystem::remove_all(dir);
 }
 
+// weights: q8_0 quantizes the resident experts on load and computes as the in-process executor
+// over a checkpoint loaded the same way (bitwise), which differs from the stored weights' bits;
+// a caller in the other weights mode is refused naming core.weights.
+TEST_F(ExpertWorkerCoreTest, Q8WeightsAreTheInProcessExecutorsOverQ8Weights) {
+  const std::string dir = common::testing::MakeTempDir("expert_worker_core_q8");
+  model::MakeModelOptions make;
+  make.preset = model::Preset::kTiny;
+  make.dtype = common::DType::kBF16;
+  ASSERT_OK(model::MakeModel(make, dir));
+  ExpertWorkerCoreOptions o;
+  o.model_dir = dir;
+  o.experts = {"*:0-1"};
+  o.weights = model::WeightsMode::kQ8_0;
+  auto core = ExpertWorkerCore::Create(o, registry_, common::SystemClock::Get());
+  ASSERT_OK(core.status());
+  ASSERT_OK((*core)->WarmUp());
+  EXPECT_OK((*core)->CheckWeights(model::WeightsMode::kQ8_0));
+  EXPECT_THAT((*core)->CheckWeights(model::WeightsMode::kCheckpoint),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("core.weights")));
+  model::LoadOptions q8_load;
+  q8_load.weights = model::WeightsMode::kQ8_0;
+  auto q8 = model::Checkpoint::Open(dir, q8_load);
+  ASSERT_OK(q8.status());
+  auto stored = model::Checkpoint::Open(dir);
+  ASSERT_OK(stored.status());
+  ASSERT_EQ((*q8)->weights().layers[0].experts[1].gate.dtype, common::DType::kQ8_0);
+  kernels::ThreadPool pool(1);
+  engine::LocalExpertExecutor want_exec(&(*q8)->weights(), &pool);
+  engine::LocalExpertExecutor stored_exec(&(*stored)->weights(), &pool);
+  const int64_t hidden = (*core)->config().hidden_size;
+  std::vector<float> in = Inputs(4, hidden, 0.5f), out(in.size()), want(in.size()),
+                     other(in.size());
+  ASSERT_OK((*core)->Run({0, hidden, {{1, 4, in.data(), out.data()}}}));
+  for (auto [exec, dst] : {std::pair{&want_exec, &want}, std::pair{&stored_exec, &other}}) {
+    auto h = exec->Submit({0, hidden, {{1, 4, in.data(), dst->data()}}});
+    ASSERT_OK(h.status());
+    ASSERT_OK(exec->Await(*h));
+  }
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * 4), 0);
+  EXPECT_NE(std::memcmp(out.data(), other.data(), out.size() * 4), 0);
+  core->reset();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(ExpertWorkerCoreTest, ComputeCudaNeedsBf16ActivationsAndOneSlot) {
   ExpertWorkerCoreOptions o{.model_dir = *dir_, .compute = Compute::kCuda};
   EXPECT_THAT(o.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
@@ -163,6 +207,9 @@ TEST_F(ExpertWorkerCoreTest, ComputeCudaNeedsBf16ActivationsAndOneSlot) {
                                      ::testing::HasSubstr("max_concurrent_calls: 1")));
   o.max_concurrent_calls = 1;
   EXPECT_OK(o.Validate());
+  o.weights = model::WeightsMode::kQ8_0;
+  EXPECT_THAT(o.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("CPU-only")));
 }
 
 // Without a GPU (or without nvcc at build time) a cuda worker refuses to start, saying why; the
