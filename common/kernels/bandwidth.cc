@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "common/base/check.h"
@@ -69,44 +70,34 @@ double Sum(const float* p, int64_t n) {
 
 }  // namespace
 
-double MeasureStreamReadBandwidth(ThreadPool* pool, int64_t bytes) {
-  constexpr int64_t kLine = 4096;  // each thread's part is a multiple of a page
-  bytes = std::max<int64_t>(bytes / kLine * kLine, kLine);
+namespace {
+
+double MeasureOne(ThreadPool* pool, int64_t bytes) {
+  constexpr int64_t kChunkFloats = (256 << 10) / 4;  // 256 KiB: 64 pages per chunk
+  bytes = std::max<int64_t>(bytes / (kChunkFloats * 4) * (kChunkFloats * 4), kChunkFloats * 4);
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   MOE_CHECK(mem != MAP_FAILED);
   float* buf = static_cast<float*>(mem);
-  const int64_t n = bytes / 4;
+  const int64_t chunks = bytes / (kChunkFloats * 4);
   const int threads = pool == nullptr ? 1 : pool->num_threads();
-  std::vector<double> sinks(threads, 0.0);
-  auto pass = [&] {
-    auto body = [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        const int64_t per = (n / threads) / 1024 * 1024;
-        const int64_t begin = t * per;
-        const int64_t end = t == threads - 1 ? n : begin + per;
-        sinks[t] += Sum(buf + begin, end - begin);
-      }
-    };
-    if (pool == nullptr) {
-      body(0, 1);
+  // One sink per chunk: no two threads write the same one, whoever runs a chunk.
+  std::vector<double> sinks(static_cast<size_t>(chunks), 0.0);
+  auto run = [&](const std::function<void(int64_t, int64_t)>& body) {
+    if (pool == nullptr || threads <= 1) {
+      body(0, chunks);
     } else {
-      pool->ParallelFor(threads, 1, body);
+      pool->ParallelForDynamic(chunks, 1, body);
     }
   };
   // First touch in parallel (pages land near the threads that read them), with non-zero data.
-  auto touch = [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t per = (n / threads) / 1024 * 1024;
-      const int64_t begin = t * per;
-      const int64_t end = t == threads - 1 ? n : begin + per;
-      std::fill(buf + begin, buf + end, 1.0f);
-    }
+  run([&](int64_t b, int64_t e) {
+    std::fill(buf + b * kChunkFloats, buf + e * kChunkFloats, 1.0f);
+  });
+  auto pass = [&] {
+    run([&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) sinks[c] += Sum(buf + c * kChunkFloats, kChunkFloats);
+    });
   };
-  if (pool == nullptr) {
-    touch(0, 1);
-  } else {
-    pool->ParallelFor(threads, 1, touch);
-  }
   pass();  // warm-up
   double best = 0.0;
   for (int i = 0; i < 3; ++i) {
@@ -120,6 +111,28 @@ double MeasureStreamReadBandwidth(ThreadPool* pool, int64_t bytes) {
   volatile double sink = 0;
   for (double v : sinks) sink = sink + v;
   (void)sink;
+  return best;
+}
+
+}  // namespace
+
+std::vector<int64_t> DefaultReadProbeSizes() {
+  return {int64_t{256} << 20, int64_t{512} << 20, int64_t{1} << 30};
+}
+
+std::vector<ReadBandwidth> MeasureReadBandwidth(ThreadPool* pool,
+                                                const std::vector<int64_t>& sizes) {
+  std::vector<ReadBandwidth> out;
+  for (int64_t bytes : sizes) out.push_back({bytes, MeasureOne(pool, bytes)});
+  return out;
+}
+
+double MeasureStreamReadBandwidth(ThreadPool* pool, int64_t bytes) {
+  double best = 0.0;
+  for (const ReadBandwidth& r :
+       MeasureReadBandwidth(pool, bytes == 0 ? DefaultReadProbeSizes() : std::vector{bytes})) {
+    best = std::max(best, r.bytes_per_s);
+  }
   return best;
 }
 
