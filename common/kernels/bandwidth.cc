@@ -1,6 +1,7 @@
 #include "common/kernels/bandwidth.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -117,7 +118,10 @@ double MeasureOne(ThreadPool* pool, int64_t bytes) {
 }  // namespace
 
 std::vector<int64_t> DefaultReadProbeSizes() {
-  return {int64_t{256} << 20, int64_t{512} << 20, int64_t{1} << 30};
+  int64_t l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 <= 0) l3 = int64_t{32} << 20;
+  return {std::max<int64_t>(2 * l3, int64_t{512} << 20),
+          std::max<int64_t>(4 * l3, int64_t{1} << 30)};
 }
 
 std::vector<ReadBandwidth> MeasureReadBandwidth(ThreadPool* pool,

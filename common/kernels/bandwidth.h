@@ -15,8 +15,9 @@ struct ReadBandwidth {
   double bytes_per_s = 0.0;  // best of the timed passes
 };
 
-// The buffer sizes the default probe reads: 256 MiB, 512 MiB, 1 GiB (each several times any
-// last-level cache of the machines we run on, so the figure is memory's, not a cache's).
+// The buffer sizes the default probe reads: 2x and 4x the last-level cache (sysconf; 32 MiB when
+// unknown), at least 512 MiB and 1 GiB, so the figure is memory's, not a cache's (these VMs
+// report a 480 MiB L3: a 256 MiB buffer would be read from the cache).
 std::vector<int64_t> DefaultReadProbeSizes();
 
 // The best sustained read of this machine with the pool's threads (the engine's, so the same

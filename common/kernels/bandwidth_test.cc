@@ -29,7 +29,7 @@ TEST(BandwidthTest, OneFigurePerSizeAndTheDefaultSizesExceedCaches) {
     EXPECT_GT(r[i].bytes_per_s, 1e8);
     EXPECT_LT(r[i].bytes_per_s, 1e13);
   }
-  for (int64_t s : DefaultReadProbeSizes()) EXPECT_GE(s, int64_t{256} << 20);
+  for (int64_t s : DefaultReadProbeSizes()) EXPECT_GE(s, int64_t{512} << 20);
 }
 
 }  // namespace
