@@ -94,6 +94,8 @@ float First(const WeightView& v) {
       return common::Bf16ToF32(*static_cast<const uint16_t*>(v.data));
     case DType::kF16:
       return common::F16ToF32(*static_cast<const uint16_t*>(v.data));
+    case DType::kQ8_0:
+      return common::Q8_0At(v.data, v.cols, 0, 0);
   }
   return 0;
 }

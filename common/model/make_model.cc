@@ -195,6 +195,8 @@ std::string DtypeString(DType d) {
       return "bfloat16";
     case DType::kF16:
       return "float16";
+    case DType::kQ8_0:  // made on load, never written to a checkpoint
+      break;
   }
   return "float32";
 }

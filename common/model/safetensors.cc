@@ -50,6 +50,8 @@ std::string_view SafetensorsDtypeName(common::DType dtype) {
       return "BF16";
     case common::DType::kF16:
       return "F16";
+    case common::DType::kQ8_0:  // made on load, never in a file
+      return "Q8_0";
   }
   return "?";
 }

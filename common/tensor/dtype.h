@@ -16,9 +16,7 @@ enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kQ8_0 = 3 };
 // The block size of kQ8_0 (elements per scale).
 inline constexpr int64_t kQ8BlockSize = 32;
 
-constexpr int64_t DTypeSize(DType t) {
-  return t == DType::kF32 ? 4 : t == DType::kQ8_0 ? 1 : 2;
-}
+constexpr int64_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : t == DType::kQ8_0 ? 1 : 2; }
 
 // Bytes of one row of `cols` elements. REQUIRES for kQ8_0: cols % kQ8BlockSize == 0.
 constexpr int64_t RowBytes(DType t, int64_t cols) {
@@ -96,6 +94,15 @@ inline uint16_t F32ToF16(float f) {
   uint32_t rem = abs & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
   return static_cast<uint16_t>(sign | half);
+}
+
+// Element (row, col) of a kQ8_0 matrix with `cols` columns at `data`, exactly: d * q (an int8 times
+// an f16 scale is exact in f32).
+inline float Q8_0At(const void* data, int64_t cols, int64_t row, int64_t col) {
+  const auto* r = static_cast<const uint8_t*>(data) + row * RowBytes(DType::kQ8_0, cols);
+  uint16_t d;
+  std::memcpy(&d, r + cols + col / kQ8BlockSize * 2, sizeof(d));
+  return F16ToF32(d) * static_cast<float>(static_cast<int8_t>(r[col]));
 }
 
 }  // namespace moe::common

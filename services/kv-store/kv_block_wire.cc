@@ -19,6 +19,8 @@ int ProtoDType(common::DType t) {
       return 2;
     case common::DType::kF16:
       return 3;
+    case common::DType::kQ8_0:  // weights only, never K/V
+      break;
   }
   return 0;
 }

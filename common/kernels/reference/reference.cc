@@ -18,6 +18,8 @@ float WeightAt(const WeightView& w, int64_t i) {
       return Bf16ToF32(static_cast<const uint16_t*>(w.data)[i]);
     case DType::kF16:
       return F16ToF32(static_cast<const uint16_t*>(w.data)[i]);
+    case DType::kQ8_0:
+      return common::Q8_0At(w.data, w.cols, i / w.cols, i % w.cols);
   }
   return 0.0f;
 }

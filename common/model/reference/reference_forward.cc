@@ -23,6 +23,8 @@ double At(const WeightView& w, int64_t row, int64_t col) {
       return common::Bf16ToF32(static_cast<const uint16_t*>(w.data)[i]);
     case DType::kF16:
       return common::F16ToF32(static_cast<const uint16_t*>(w.data)[i]);
+    case DType::kQ8_0:
+      return common::Q8_0At(w.data, w.cols, row, col);
   }
   return 0;
 }
