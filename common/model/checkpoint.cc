@@ -1,5 +1,7 @@
 #include "common/model/checkpoint.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -137,7 +139,13 @@ absl::StatusOr<WeightView> Checkpoint::MaybeQuantize(const WeightView& v, Tensor
     return it->second;
   }
   const size_t bytes = static_cast<size_t>(v.rows * common::RowBytes(common::DType::kQ8_0, v.cols));
-  void* dst = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  // 2 MiB-aligned and MADV_HUGEPAGE when at least that big: transparent huge pages, one TLB entry
+  // per 2 MiB of weights (advice; without THP these are ordinary pages).
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  const size_t alloc = (bytes + align - 1) / align * align;
+  void* dst = std::aligned_alloc(align, alloc);
+  if (dst != nullptr && align == kHuge) ::madvise(dst, alloc, MADV_HUGEPAGE);
   if (dst == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat(dir_, ": no memory for ", bytes, " bytes of q8_0 weights"));
