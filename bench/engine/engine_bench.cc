@@ -157,9 +157,14 @@ absl::StatusOr<BenchReport> RunEngineBench(const SuiteOptions& options) {
     ASSIGN_OR_RETURN(dir, PresetCheckpoint(options));
   }
   const int64_t prefill_len = 512;
-  const int64_t prompt_len = 32;
-  const int64_t decode_steps = options.quick ? 4 : 32;
-  const int64_t capacity = prompt_len + decode_steps + 1;
+  // The lengths of native llama.cpp's tools (bench/llamacpp/compare-native.sh): batch 1 as
+  // `llama-bench -n 128` (128 tokens; here after a 16-token prompt), batches of 8 and 32 as
+  // `llama-batched-bench -npp 16 -ntg 64` (a 16-token prompt each, then 64 tokens).
+  const int64_t prompt_len = 16;
+  auto decode_steps_of = [&](int64_t batch) -> int64_t {
+    return options.quick ? 4 : batch == 1 ? 128 : 64;
+  };
+  const int64_t capacity = prompt_len + decode_steps_of(1) + 1;
 
   const auto t0 = Clock::now();
   model::LoadOptions lo;
@@ -284,9 +289,11 @@ absl::StatusOr<BenchReport> RunEngineBench(const SuiteOptions& options) {
   auto decode = [&](engine::Engine* e, const model::ModelWeights& w,
                     int64_t batch) -> absl::StatusOr<Decoded> {
     const int64_t dense_bytes = DenseBytesPerToken(w, c);
+    next_block = 0;  // each engine has its own cache, and no batch outlives its call
     Batch b(e, batch, prompt_len, capacity, &next_block, &rng);
     RETURN_IF_ERROR(b.Step(&out));  // prefill
     Decoded d;
+    const int64_t decode_steps = decode_steps_of(batch);
     for (int64_t step = 0; step < decode_steps; ++step) {
       const auto s = Clock::now();
       RETURN_IF_ERROR(b.Step(&out));
@@ -317,8 +324,8 @@ absl::StatusOr<BenchReport> RunEngineBench(const SuiteOptions& options) {
         ASSIGN_OR_RETURN(Decoded q, decode(q8_engine.get(), q8_ckpt->weights(), batch));
         if (best_q8.secs == 0 || q.secs < best_q8.secs) best_q8 = q;
       }
-      next_block = 0;
     }
+    const int64_t decode_steps = decode_steps_of(batch);
     if (batch == 1) {
       b1_bytes_per_s = best.bytes / best.secs;
       if (q8_engine != nullptr) b1_q8_bytes_per_s = best_q8.bytes / best_q8.secs;
