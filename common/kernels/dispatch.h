@@ -17,6 +17,7 @@ namespace moe::kernels::internal {
 inline constexpr int kDtF32 = 0;
 inline constexpr int kDtBf16 = 1;
 inline constexpr int kDtF16 = 2;
+inline constexpr int kDtQ8 = 3;  // q8_0 (kernels.h INT8 WEIGHTS): only in matmul_q8
 
 // Fixed stack workspace limits of PagedAttention (checked in kernels.cc).
 inline constexpr int64_t kMaxHeadDim = 1024;
@@ -34,6 +35,10 @@ struct MatMulArgs {
   float* y;  // [m, n]
   // kBf16 mode (bf16 weights only): x rounded by RoundToBf16, [m, k]; null in kF32 mode.
   const uint16_t* xb = nullptr;
+  // q8_0 weights (w_dtype kDtQ8): x quantized by QuantizeActivationsQ8, xq [m, k] int8 and
+  // xd [m, k / 32] f32 scales; null otherwise.
+  const int8_t* xq = nullptr;
+  const float* xd = nullptr;
 };
 
 struct AttentionArgs {
@@ -66,6 +71,10 @@ struct IsaKernels {
   void (*matmul_bf16)(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
   // RoundToBf16 (integer operations only: every path gives the same bits).
   void (*round_bf16)(const float* src, int64_t n, uint16_t* dst);
+  // The q8_0 matmul (kernels.h INT8 WEIGHTS): a.w q8_0 rows, a.xq / a.xd set, a.k % 32 == 0.
+  void (*matmul_q8)(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+  // QuantizeActivationsQ8 of rows [0, m) (kernels.h; bitwise the scalar definition on every path).
+  void (*quantize_q8)(const float* x, int64_t m, int64_t k, int8_t* q, float* d);
 };
 
 extern const IsaKernels kPortableKernels;
@@ -74,12 +83,16 @@ extern const IsaKernels kAvx512Kernels;
 // The native VDPBF16PS kernel (isa_avx512bf16.cc); the "avx512_bf16" table is kAvx512Kernels
 // with this as matmul_bf16 (built in kernels.cc).
 void Avx512Bf16MatMul(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+// The VPDPBUSD q8_0 matmul (isa_avx512vnni.cc); the avx512 and avx512_bf16 tables use it as
+// matmul_q8 where IsaSupported("avx512_vnni") (kAvx512Kernels.matmul_q8 is the AVX512BW one).
+void Avx512VnniMatMulQ8(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 
 // The table in use: the best this CPU supports, unless SelectIsa (kernels.h) chose another, or
 // ForceIsaForTesting overrode both.
 const IsaKernels& Active();
 
-// Whether this CPU (and OS) can run the named path.
+// Whether this CPU (and OS) can run the named path; also "avx512_vnni" (avx512 plus VPDPBUSD, no
+// table of its own: it upgrades the q8_0 matmul of the avx512 and avx512_bf16 tables).
 bool IsaSupported(const char* isa);
 
 // Switches every later kernel call to `isa` ("avx512_bf16", "avx512", "avx2", "portable"), or back

@@ -281,6 +281,141 @@ void ConvertImpl(const void* src, int dtype, int64_t n, float* dst) {
   for (; i < n; ++i) dst[i] = LoadElem(src, dtype, i);
 }
 
+// ------------------------------------------------ q8_0 weights (kernels.h INT8 WEIGHTS)
+// Lanes 0-7 (lo) hold block 2c of chunk c (bytes 0-31), lanes 8-15 (hi) block 2c + 1: each block
+// is one ymm of 32 bytes. A lane's 4-byte dot product: vpmaddubsw of |w| (u8) and x with w's sign
+// (s8), pairs of products <= 2 * 127 * 127 (no saturation), then vpmaddwd with ones.
+
+inline void QuantizeQ8Impl(const float* x, int64_t m, int64_t k, int8_t* q, float* d) {
+  const int64_t blocks = m * (k / 32);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + 32 * b;
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int t = 0; t < 4; ++t) {
+      v[t] = _mm256_loadu_ps(xb + 8 * t);
+      mx = _mm256_max_ps(_mm256_and_ps(v[t], abs_mask), mx);  // NaN |x| -> mx (second operand)
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float db = _mm_cvtss_f32(m4) / 127.0f;
+    d[b] = db;
+    if (db == 0.0f) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), _mm256_setzero_si256());
+      continue;
+    }
+    const __m256 dv = _mm256_set1_ps(db);
+    __m256i iv[4];
+    for (int t = 0; t < 4; ++t) {
+      __m256 r = _mm256_div_ps(v[t], dv);
+      r = _mm256_max_ps(r, _mm256_set1_ps(-127.0f));  // NaN -> -127
+      r = _mm256_min_ps(r, _mm256_set1_ps(127.0f));
+      iv[t] = _mm256_cvtps_epi32(r);  // round to nearest even
+    }
+    const __m256i p =
+        _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b),
+                        _mm256_permutevar8x32_epi32(p, order));
+  }
+}
+
+inline __m256 Q8Scale(const char* row, int64_t k, int64_t b) {
+  uint16_t h;
+  std::memcpy(&h, row + k + 2 * b, 2);
+  return _mm256_set1_ps(_cvtsh_ss(h));
+}
+
+template <int MR, int NR>
+void TileQ8(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
+  const int64_t k = a.k;
+  const int64_t nb = k / 32;
+  const int64_t rb = Q8RowBytes(k);
+  const char* w = static_cast<const char*>(a.w) + j0 * rb;
+  __m256 acc[2][MR][NR];
+#pragma GCC unroll 8
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) acc[h][i][r] = _mm256_setzero_ps();
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  // The next tile's rows (contiguous, NR * rb bytes), spread over the blocks of this one.
+  const char* pf = w + NR * rb;
+  constexpr int kPfLines = (NR * 34 + 63) / 64 + 1;
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (MR == 1) {
+#pragma GCC unroll 8
+      for (int t = 0; t < kPfLines; ++t) _mm_prefetch(pf + b * NR * 34 + 64 * t, _MM_HINT_T1);
+    }
+    const int h = static_cast<int>(b & 1);
+    __m256i wv[NR], wa[NR];
+    __m256 dw[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * rb + 32 * b));
+      wa[r] = _mm256_sign_epi8(wv[r], wv[r]);
+      dw[r] = Q8Scale(w + r * rb, k, b);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256i xv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + (i0 + i) * k + 32 * b));
+      const __m256 xd = _mm256_set1_ps(a.xd[(i0 + i) * nb + b]);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) {
+        const __m256i s =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xv, wv[r])), ones);
+        const __m256 sd = _mm256_mul_ps(dw[r], xd);
+        acc[h][i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sd, acc[h][i][r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    float* y = a.y + (i0 + i) * a.n + j0;
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      float v = Reduce8x2(acc[0][i][r], acc[1][i][r]);
+      if (a.bias != nullptr) v = v + LoadElem(a.bias, a.bias_dtype, j0 + r);
+      y[r] = v;
+    }
+  }
+}
+
+void MatMulQ8Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.m == 1) {
+    int64_t j = n_begin;
+    for (; j + 4 <= n_end; j += 4) TileQ8<1, 4>(a, 0, j);
+    for (; j < n_end; ++j) TileQ8<1, 1>(a, 0, j);
+    return;
+  }
+  int64_t mc = (256 * 1024) / a.k;
+  mc = mc < 2 ? 2 : mc / 2 * 2;
+  for (int64_t mb = 0; mb < a.m; mb += mc) {
+    const int64_t me = mb + mc < a.m ? mb + mc : a.m;
+    for (int64_t j = n_begin; j < n_end; j += 2) {
+      const bool two_cols = j + 2 <= n_end;
+      for (int64_t i = mb; i < me; i += 2) {
+        const bool two_rows = i + 2 <= me;
+        if (two_rows && two_cols) {
+          TileQ8<2, 2>(a, i, j);
+        } else if (two_rows) {
+          TileQ8<2, 1>(a, i, j);
+        } else if (two_cols) {
+          TileQ8<1, 2>(a, i, j);
+        } else {
+          TileQ8<1, 1>(a, i, j);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moe::kernels::avx2
 
@@ -296,5 +431,7 @@ const IsaKernels kAvx2Kernels = {
     &avx2::ConvertImpl,
     &avx2::MatMulBf16Impl,
     &avx2::RoundBf16Impl,
+    &avx2::MatMulQ8Impl,
+    &avx2::QuantizeQ8Impl,
 };
 }  // namespace moe::kernels::internal

@@ -322,6 +322,38 @@ void ConvertImpl(const void* src, int dtype, int64_t n, float* dst) {
   for (; i < n; ++i) dst[i] = LoadElem(src, dtype, i);
 }
 
+// ------------------------------------------------ q8_0 weights (kernels.h INT8 WEIGHTS)
+#define MOE_Q8_VNNI 0
+#include "common/kernels/isa_q8_avx512.inc"
+#undef MOE_Q8_VNNI
+
+// QuantizeActivationsQ8, bitwise the scalar definition (isa_common.inc): maxps/minps take the
+// second operand for a NaN, as the scalar comparisons; vcvtps2dq rounds to nearest even.
+void QuantizeQ8Impl(const float* x, int64_t m, int64_t k, int8_t* q, float* d) {
+  const int64_t blocks = m * (k / 32);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
+    const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    __m512 mx = _mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_setzero_ps());
+    mx = _mm512_max_ps(_mm512_and_ps(v1, abs_mask), mx);
+    const float db = _mm512_reduce_max_ps(mx) / 127.0f;  // mx has no NaN: any order is exact
+    d[b] = db;
+    if (db == 0.0f) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), _mm256_setzero_si256());
+      continue;
+    }
+    const __m512 dv = _mm512_set1_ps(db);
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512 r0 = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v0, dv), lo), hi);
+    const __m512 r1 = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v1, dv), lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b),
+                     _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r0)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16),
+                     _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r1)));
+  }
+}
+
 }  // namespace
 }  // namespace moe::kernels::avx512
 
@@ -337,5 +369,7 @@ const IsaKernels kAvx512Kernels = {
     &avx512::ConvertImpl,
     &avx512::MatMulBf16Impl,
     &avx512::RoundBf16Impl,
+    &avx512::MatMulQ8Avx512,
+    &avx512::QuantizeQ8Impl,
 };
 }  // namespace moe::kernels::internal

@@ -71,6 +71,44 @@ void MatMulBf16Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_en
   }
 }
 
+// The q8_0 contract in plain integer loops: per 64-element chunk c, lane l takes the 4 elements
+// 64c + 4l.. of block 2c + l / 8 (skipped past the last block), s exact in int32, one fma of
+// float(s) and float(d_w) * xd per lane and block; then the tree.
+void MatMulQ8Impl(const internal::MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  const int64_t k = a.k;
+  const int64_t nb = k / 32;
+  const int64_t rb = Q8RowBytes(k);
+  std::vector<float> dw(nb);
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const int8_t* wq = reinterpret_cast<const int8_t*>(static_cast<const char*>(a.w) + j * rb);
+    for (int64_t b = 0; b < nb; ++b) {
+      uint16_t h;
+      std::memcpy(&h, reinterpret_cast<const char*>(wq) + k + 2 * b, 2);
+      dw[b] = common::F16ToF32(h);
+    }
+    const float bias = a.bias != nullptr ? LoadElem(a.bias, a.bias_dtype, j) : 0.0f;
+    for (int64_t i = 0; i < a.m; ++i) {
+      const int8_t* xq = a.xq + i * k;
+      const float* xd = a.xd + i * nb;
+      float acc[16] = {};
+      for (int64_t c = 0; 2 * c < nb; ++c) {
+        for (int l = 0; l < 16; ++l) {
+          const int64_t b = 2 * c + l / 8;
+          if (b >= nb) continue;
+          const int64_t e = 64 * c + 4 * l;
+          int32_t s = 0;
+          for (int t = 0; t < 4; ++t) s += int32_t{wq[e + t]} * int32_t{xq[e + t]};
+          const float sd = dw[b] * xd[b];
+          acc[l] = std::fma(static_cast<float>(s), sd, acc[l]);
+        }
+      }
+      float v = ReduceLanes(acc);
+      if (a.bias != nullptr) v = v + bias;
+      a.y[i * a.n + j] = v;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moe::kernels::portable
 
@@ -86,5 +124,7 @@ const IsaKernels kPortableKernels = {
     &portable::ConvertImpl,
     &portable::MatMulBf16Impl,
     &portable::RoundBf16Impl,
+    &portable::MatMulQ8Impl,
+    &portable::QuantizeQ8Scalar,
 };
 }  // namespace moe::kernels::internal

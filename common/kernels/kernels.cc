@@ -22,10 +22,20 @@ namespace moe::kernels {
 namespace internal {
 namespace {
 
-// The AVX-512 table with the native VDPBF16PS kBf16 matmul.
-const IsaKernels* Avx512Bf16Table() {
+// The AVX-512 table, with the VPDPBUSD q8_0 matmul where the CPU has AVX512-VNNI.
+const IsaKernels* Avx512Table() {
   static const IsaKernels table = [] {
     IsaKernels t = kAvx512Kernels;
+    if (IsaSupported("avx512_vnni")) t.matmul_q8 = &Avx512VnniMatMulQ8;
+    return t;
+  }();
+  return &table;
+}
+
+// The AVX-512 table (VNNI q8_0 included where there) with the native VDPBF16PS kBf16 matmul.
+const IsaKernels* Avx512Bf16Table() {
+  static const IsaKernels table = [] {
+    IsaKernels t = *Avx512Table();
     t.name = "avx512_bf16";
     t.matmul_bf16 = &Avx512Bf16MatMul;
     return t;
@@ -35,7 +45,7 @@ const IsaKernels* Avx512Bf16Table() {
 
 const IsaKernels* AutoChoice() {
   if (IsaSupported("avx512_bf16")) return Avx512Bf16Table();
-  if (IsaSupported("avx512")) return &kAvx512Kernels;
+  if (IsaSupported("avx512")) return Avx512Table();
   if (IsaSupported("avx2")) return &kAvx2Kernels;
   return &kPortableKernels;
 }
@@ -43,7 +53,7 @@ const IsaKernels* AutoChoice() {
 // The table of a named path, or null for an unknown name. REQUIRES: IsaSupported(isa) or unknown.
 const IsaKernels* TableOf(const char* isa) {
   if (std::strcmp(isa, "avx512_bf16") == 0) return Avx512Bf16Table();
-  if (std::strcmp(isa, "avx512") == 0) return &kAvx512Kernels;
+  if (std::strcmp(isa, "avx512") == 0) return Avx512Table();
   if (std::strcmp(isa, "avx2") == 0) return &kAvx2Kernels;
   if (std::strcmp(isa, "portable") == 0) return &kPortableKernels;
   return nullptr;
@@ -75,6 +85,9 @@ bool IsaSupported(const char* isa) {
   if (std::strcmp(isa, "avx512") == 0) return avx512;
   if (std::strcmp(isa, "avx512_bf16") == 0) {
     return avx512 && __builtin_cpu_supports("avx512bf16");
+  }
+  if (std::strcmp(isa, "avx512_vnni") == 0) {
+    return avx512 && __builtin_cpu_supports("avx512vnni");
   }
 #endif
   return false;
@@ -134,7 +147,32 @@ bool UsesBf16(Activations act, const WeightView& w) {
 
 using MatMulFn = void (*)(const internal::MatMulArgs&, int64_t, int64_t);
 MatMulFn KernelOf(const internal::IsaKernels& isa, const internal::MatMulArgs& a) {
+  if (a.w_dtype == internal::kDtQ8) return isa.matmul_q8;
   return a.xb != nullptr ? isa.matmul_bf16 : isa.matmul;
+}
+
+// q8_0 weights need whole 32-blocks (kernels.h INT8 WEIGHTS).
+void CheckQ8Cols(const WeightView& w) {
+  if (w.dtype == DType::kQ8_0) {
+    MOE_CHECK_MSG(w.cols % common::kQ8BlockSize == 0,
+                  "MatMul: q8_0 weights need cols (k) a multiple of 32");
+  }
+}
+
+// The activation quantization of the q8_0 matmul (QuantizeActivationsQ8 on the active path:
+// bitwise the scalar definition) of x[m, k] into xq / xd; rows split over the pool when large.
+void QuantizeX(const float* x, int64_t m, int64_t k, int8_t* xq, float* xd, ThreadPool* pool) {
+  const auto& isa = Active();
+  const int64_t nb = k / common::kQ8BlockSize;
+  if (pool == nullptr || pool->num_threads() <= 1 || m < 2 * pool->num_threads() ||
+      m * k < (1 << 18)) {
+    isa.quantize_q8(x, m, k, xq, xd);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, m / (4 * pool->num_threads()));
+  pool->ParallelForDynamic(m, grain, [&](int64_t b, int64_t e) {
+    isa.quantize_q8(x + b * k, e - b, k, xq + b * k, xd + b * nb);
+  });
 }
 
 // f32 copy of a small weight vector (norm weights), reusing a per-thread buffer.
@@ -162,9 +200,20 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
                             has_bias ? bias->data : nullptr,
                             has_bias ? static_cast<int>(bias->dtype) : 0,
                             y,
+                            nullptr,
+                            nullptr,
                             nullptr};
   thread_local std::vector<uint16_t> xb_buf;
-  if (UsesBf16(act, w)) {
+  thread_local std::vector<int8_t> xq_buf;
+  thread_local std::vector<float> xd_buf;
+  CheckQ8Cols(w);
+  if (w.dtype == DType::kQ8_0) {
+    xq_buf.resize(static_cast<size_t>(m * w.cols));
+    xd_buf.resize(static_cast<size_t>(m * (w.cols / common::kQ8BlockSize)));
+    QuantizeX(x, m, w.cols, xq_buf.data(), xd_buf.data(), pool);
+    args.xq = xq_buf.data();
+    args.xd = xd_buf.data();
+  } else if (UsesBf16(act, w)) {
     xb_buf.resize(static_cast<size_t>(m * w.cols));
     RoundToBf16(x, m * w.cols, xb_buf.data());
     args.xb = xb_buf.data();
@@ -183,6 +232,10 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
       internal::MatMulArgs part = args;
       part.x = x + b * w.cols;
       if (args.xb != nullptr) part.xb = args.xb + b * w.cols;
+      if (args.xq != nullptr) {
+        part.xq = args.xq + b * w.cols;
+        part.xd = args.xd + b * (w.cols / common::kQ8BlockSize);
+      }
       part.y = y + b * w.rows;
       part.m = e - b;
       kernel(part, 0, w.rows);
@@ -230,6 +283,8 @@ internal::MatMulArgs ArgsOf(const float* x, int64_t m, const WeightView& w, floa
           has_bias ? bias->data : nullptr,
           has_bias ? static_cast<int>(bias->dtype) : 0,
           y,
+          nullptr,
+          nullptr,
           nullptr};
 }
 
@@ -260,6 +315,38 @@ void PrepareBf16(std::vector<internal::MatMulArgs>& args, const std::vector<uint
   }
 }
 
+// Quantizes the x of every q8_0-weight argument set (QuantizeActivationsQ8) into `q` / `d`, one
+// copy per distinct (x, m, k) (gate and up, q/k/v share theirs), and points their xq / xd at it.
+void PrepareQ8(std::vector<internal::MatMulArgs>& args, std::vector<int8_t>& q,
+               std::vector<float>& d, ThreadPool* pool) {
+  size_t total = 0;
+  for (const internal::MatMulArgs& a : args) {
+    if (a.w_dtype == internal::kDtQ8) total += static_cast<size_t>(a.m * a.k);
+  }
+  if (total == 0) return;
+  if (q.size() < total) q.resize(total);
+  if (d.size() < total / common::kQ8BlockSize) d.resize(total / common::kQ8BlockSize);
+  size_t off = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    internal::MatMulArgs& a = args[i];
+    if (a.w_dtype != internal::kDtQ8 || a.m == 0) continue;
+    for (size_t j = 0; j < i; ++j) {
+      const internal::MatMulArgs& o = args[j];
+      if (o.w_dtype == internal::kDtQ8 && o.x == a.x && o.m == a.m && o.k == a.k &&
+          o.xq != nullptr) {
+        a.xq = o.xq;
+        a.xd = o.xd;
+        break;
+      }
+    }
+    if (a.xq != nullptr) continue;
+    a.xq = q.data() + off;
+    a.xd = d.data() + off / common::kQ8BlockSize;
+    QuantizeX(a.x, a.m, a.k, q.data() + off, d.data() + off / common::kQ8BlockSize, pool);
+    off += static_cast<size_t>(a.m * a.k);
+  }
+}
+
 // The per-thread scratch of MatMulMany / SwiGluMany (they never nest on one thread). The
 // parallel lambdas read it through plain pointers: a thread_local named inside them would be the
 // worker thread's own, empty, copy.
@@ -267,6 +354,8 @@ struct ManyScratch {
   std::vector<internal::MatMulArgs> args;
   std::vector<uint8_t> use_bf16;  // per args entry
   std::vector<uint16_t> xb;       // bf16-rounded inputs
+  std::vector<int8_t> xq;         // q8-quantized inputs (q8_0 weights)
+  std::vector<float> xd;          // and their block scales
   std::vector<WorkItem> items;
 
   void Add(const internal::MatMulArgs& a, Activations act, const WeightView& w) {
@@ -278,6 +367,7 @@ struct ManyScratch {
   template <typename RowsOf>
   void Plan(int64_t num_tasks, int64_t total_rows, const RowsOf& rows_of, ThreadPool* pool) {
     PrepareBf16(args, use_bf16, xb);
+    PrepareQ8(args, xq, xd, pool);
     const int threads = pool == nullptr ? 1 : pool->num_threads();
     const int64_t chunk = ChunkRows(total_rows, threads);
     for (int64_t t = 0; t < num_tasks; ++t) {
@@ -303,6 +393,7 @@ void MatMulMany(const MatMulTask* tasks, int64_t num_tasks, ThreadPool* pool) {
   for (int64_t t = 0; t < num_tasks; ++t) {
     const MatMulTask& task = tasks[t];
     MOE_CHECK(task.m >= 0 && task.w.rows >= 0 && task.w.cols >= 1);
+    CheckQ8Cols(task.w);
     s.Add(ArgsOf(task.x, task.m, task.w, task.y, task.bias), task.activations, task.w);
     if (task.m > 0) total_rows += task.w.rows;
     macs += task.m * task.w.rows * task.w.cols;
@@ -326,6 +417,8 @@ void SwiGluMany(const SwiGluTask* tasks, int64_t num_tasks, ThreadPool* pool) {
     const SwiGluTask& task = tasks[t];
     MOE_CHECK(task.m >= 0 && task.gate.cols >= 1 && task.gate.rows == task.up.rows &&
               task.gate.cols == task.up.cols);
+    CheckQ8Cols(task.gate);
+    CheckQ8Cols(task.up);
     s.Add(ArgsOf(task.x, task.m, task.gate, task.act, nullptr), task.activations, task.gate);
     s.Add(ArgsOf(task.x, task.m, task.up, task.up_scratch, nullptr), task.activations, task.up);
     if (task.m > 0) total_rows += task.gate.rows;
@@ -471,7 +564,77 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
 
 void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst) {
   if (n <= 0) return;
+  if (dtype == DType::kQ8_0) {  // one q8_0 row of n elements: d * q, exact in f32
+    MOE_CHECK_MSG(n % common::kQ8BlockSize == 0,
+                  "ConvertToF32: a q8_0 row has a multiple of 32 elements");
+    for (int64_t j = 0; j < n; ++j) dst[j] = common::Q8_0At(src, n, 0, j);
+    return;
+  }
   Active().convert(src, static_cast<int>(dtype), n, dst);
+}
+
+void QuantizeActivationsQ8(const float* x, int64_t m, int64_t k, int8_t* q, float* d) {
+  MOE_CHECK_MSG(k % common::kQ8BlockSize == 0, "QuantizeActivationsQ8: k must be a multiple of 32");
+  if (m <= 0) return;
+  // The portable table's is the scalar definition (isa_common.inc); the other paths match it.
+  internal::kPortableKernels.quantize_q8(x, m, k, q, d);
+}
+
+absl::Status QuantizeRowsQ8_0(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
+                              ThreadPool* pool) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeRowsQ8_0: source dtype ",
+                                                   std::string(common::DTypeName(dtype)),
+                                                   " (want f32, bf16 or f16)"));
+  }
+  if (cols <= 0 || cols % common::kQ8BlockSize != 0 || rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QuantizeRowsQ8_0: cols ", cols, " is not a positive multiple of 32 (rows ", rows, ")"));
+  }
+  const int64_t in_row = cols * common::DTypeSize(dtype);
+  const int64_t out_row = common::RowBytes(DType::kQ8_0, cols);
+  auto run = [&](int64_t r0, int64_t r1) {
+    float blk[common::kQ8BlockSize];
+    for (int64_t r = r0; r < r1; ++r) {
+      const char* in = static_cast<const char*>(src) + r * in_row;
+      char* out = static_cast<char*>(dst) + r * out_row;
+      int8_t* q = reinterpret_cast<int8_t*>(out);
+      for (int64_t b = 0; b < cols / common::kQ8BlockSize; ++b) {
+        for (int64_t j = 0; j < common::kQ8BlockSize; ++j) {
+          const int64_t e = b * common::kQ8BlockSize + j;
+          if (dtype == DType::kF32) {
+            std::memcpy(&blk[j], in + 4 * e, 4);
+          } else {
+            uint16_t h;
+            std::memcpy(&h, in + 2 * e, 2);
+            blk[j] = dtype == DType::kBF16 ? common::Bf16ToF32(h) : common::F16ToF32(h);
+          }
+        }
+        float amax = 0.0f;  // NaN never wins the comparison, as the activations' rule
+        for (float v : blk) {
+          const float a = std::fabs(v);
+          amax = a > amax ? a : amax;
+        }
+        const uint16_t dh = common::F32ToF16(amax / 127.0f);
+        const float d = common::F16ToF32(dh);
+        std::memcpy(out + cols + 2 * b, &dh, 2);
+        for (int64_t j = 0; j < common::kQ8BlockSize; ++j) {
+          int8_t v = 0;
+          if (d != 0.0f) {
+            float t = blk[j] / d;
+            t = t > -127.0f ? t : -127.0f;  // maxps semantics: NaN -> -127
+            t = t < 127.0f ? t : 127.0f;
+            v = static_cast<int8_t>(static_cast<int>(std::nearbyint(t)));
+          }
+          q[b * common::kQ8BlockSize + j] = v;
+        }
+      }
+    }
+  };
+  if (rows > 0) {
+    Parallel(pool, rows, std::max<int64_t>(1, rows / (8 * (pool ? pool->num_threads() : 1))), run);
+  }
+  return absl::OkStatus();
 }
 
 const char* ActiveIsa() { return Active().name; }

@@ -53,9 +53,14 @@
 // That is VPDPBUSD's grouping (a dword lane sums 4 byte products) with one scale FMA per lane and
 // block, so the VNNI path, the AVX2/AVX-512 maddubs/madd paths and the portable integer loops give
 // the same bits, independent of m, threads and batch position (batch invariance holds).
-// Error bound against the double-precision dot of the dequantized operands
-// sum_b d[b] xd[b] s_b: each lane adds at most k/64 + 1 roundings of the scale products and FMAs,
-// the tree 4: |y - exact| <= (2 * k / 64 + 6) * u * sum_b |d[b] xd[b] s_b|, u = 2^-24.
+// Error bound against the double-precision dot of the dequantized operands,
+// exact = sum_j w_j x_j with w_j = d[j / 32] q[j], x_j = xd[j / 32] xq[j]: a lane's term is
+// float(s) * fl(d xd) (float(s) is exact, |s| <= 4 * 127^2), one rounding in the scale product,
+// then at most ceil(k/64) fma roundings of the lane's partial sums, then the tree's 4 additions:
+// |y - exact| <= (ceil(k/64) + 5) * u * sum_j |w_j x_j| (to first order; u = 2^-24; before the
+// bias; no underflow). The magnitude is that of the elements' products (or of the 4-element
+// lane sums), not sum_b |d xd s_b|: the lanes of one block can cancel (s_b = 0) while each still
+// carries its rounding.
 //
 // Thread-safety: all functions are reentrant; `pool` may be null (then the caller's thread runs).
 #pragma once
@@ -99,16 +104,20 @@ void MatMul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool
 
 // Quantizes rows [0, rows) of src[rows, cols] (dtype f32/bf16/f16, cols % 32 == 0) to q8_0 into
 // dst (rows * RowBytes(kQ8_0, cols) bytes): per 32-block, amax = max |w| (f32), d = f16(amax / 127)
-// rounded to nearest even, q = clamp(RNE(w / float(d)), -127, 127) (d == 0: q = 0). Scalar,
-// identical everywhere; `pool` (may be null) splits the rows. Errors: InvalidArgument for another
-// dtype or cols % 32 != 0.
+// rounded to nearest even, q = clamp(RNE(w / float(d)), -127, 127) (d == 0: q = 0; the clamp and
+// the NaN rules are QuantizeActivationsQ8's: a NaN never counts in amax, a NaN quotient -> -127;
+// a block with amax < ~7.8e-3 gets an f16-subnormal d, coarse, and clamps where w / d > 127).
+// Scalar, identical everywhere; `pool` (may be null) splits the rows. Errors: InvalidArgument for
+// another dtype or cols % 32 != 0.
 absl::Status QuantizeRowsQ8_0(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
                               ThreadPool* pool);
 
 // The activation quantization of the q8_0 MatMul (INT8 WEIGHTS step 1), for tests and references:
-// x[m, k] (k % 32 == 0) -> q[m, k] int8 and d[m, k / 32] f32. Per 32-block: amax = max |x|,
-// d = amax / 127 (f32 division), q = clamp(RNE(x / d)) with the clamp max(v, -127) then
-// min(v, 127) in x86's maxps/minps semantics (a NaN quotient becomes -127); d == 0: q = 0.
+// x[m, k] (k % 32 == 0) -> q[m, k] int8 and d[m, k / 32] f32. Per 32-block: amax = max |x| (a NaN
+// element never counts: amax = |x| > amax ? |x| : amax from 0), d = amax / 127 (f32 division),
+// q = clamp(RNE(x / d)) with the clamp max(v, -127) then min(v, 127) in x86's maxps/minps
+// semantics (a NaN quotient becomes -127: an inf in the block makes d = inf, finite x -> 0, inf
+// -> -127); d == 0: q = 0. Every ISA path's own copy (the one MatMul runs) gives these bits.
 void QuantizeActivationsQ8(const float* x, int64_t m, int64_t k, int8_t* q, float* d);
 
 // One MatMul of a MatMulMany batch: y[m, w.rows] = x[m, w.cols] · W^T (+ bias).
@@ -197,7 +206,8 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
                     const PagedKvLayout& layout, const float* k_cache, const float* v_cache,
                     float scale, float* out, ThreadPool* pool);
 
-// Converts n elements of `src` (dtype) to f32 (embedding rows, norms).
+// Converts n elements of `src` (dtype) to f32 (embedding rows, norms). q8_0: `src` is one q8_0 row
+// of n elements (n % 32 == 0), dequantized exactly (d * q).
 void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst);
 
 // Which SIMD path the dispatcher picked on this machine: "avx512_bf16" (AVX-512 plus

@@ -27,11 +27,25 @@ float WeightAt(const WeightView& w, int64_t i) {
 void MatMul(const float* x, int64_t m, const WeightView& w, float* y, const WeightView* bias) {
   const int64_t n = w.rows;
   const int64_t k = w.cols;
+  // q8_0 weights: x quantized as the kernel does (kernels.h INT8 WEIGHTS step 1), then the
+  // dequantized operands xd * xq and d * q (exact in double; so is their product) summed in
+  // double.
+  std::vector<double> xs(static_cast<size_t>(m * k));
+  if (w.dtype == DType::kQ8_0) {
+    std::vector<int8_t> q(static_cast<size_t>(m * k));
+    std::vector<float> d(static_cast<size_t>(m * (k / common::kQ8BlockSize)));
+    QuantizeActivationsQ8(x, m, k, q.data(), d.data());
+    for (int64_t p = 0; p < m * k; ++p) {
+      xs[p] = static_cast<double>(d[p / common::kQ8BlockSize]) * q[p];
+    }
+  } else {
+    std::copy(x, x + m * k, xs.begin());
+  }
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0.0;
       for (int64_t p = 0; p < k; ++p) {
-        acc += static_cast<double>(x[i * k + p]) * WeightAt(w, j * k + p);
+        acc += xs[i * k + p] * WeightAt(w, j * k + p);
       }
       if (bias != nullptr && bias->data != nullptr) acc += WeightAt(*bias, j);
       y[i * n + j] = static_cast<float>(acc);

@@ -9,10 +9,12 @@
 
 namespace moe::kernels::reference {
 
-// Element i of a weight view as f32 (exact conversion).
+// Element i (row-major, i = row * cols + col) of a weight view as f32 (exact conversion; q8_0:
+// d[col / 32] * q[col] of its row).
 float WeightAt(const WeightView& w, int64_t i);
 
-// y[m, n] = x[m, k] · W[n, k]^T (+ bias), accumulated in double.
+// y[m, n] = x[m, k] · W[n, k]^T (+ bias), accumulated in double. q8_0 weights: x is first
+// quantized by QuantizeActivationsQ8 and the dequantized x (xd * xq, exact in f32) is used.
 void MatMul(const float* x, int64_t m, const WeightView& w, float* y,
             const WeightView* bias = nullptr);
 
@@ -38,6 +40,7 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
                     const PagedKvLayout& layout, const float* k_cache, const float* v_cache,
                     float scale, float* out);
 
+// q8_0: `src` is one row of n elements (n % 32 == 0).
 void ConvertToF32(const void* src, DType dtype, int64_t n, float* dst);
 
 }  // namespace moe::kernels::reference
