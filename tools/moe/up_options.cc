@@ -31,6 +31,25 @@ absl::Status SecurityOptions::Validate() const {
   return absl::OkStatus();
 }
 
+void NumericsOptions::Describe(config::Schema<NumericsOptions>& s) {
+  s.Add("activations", &NumericsOptions::activations,
+        "f32 | bf16: routers' and workers' core.activations");
+  s.Add("weights", &NumericsOptions::weights,
+        "checkpoint | q8_0: routers' and workers' core.weights");
+}
+
+absl::Status NumericsOptions::Validate() const {
+  if (activations != "f32" && activations != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("activations: '", activations, "' is not f32 or bf16"));
+  }
+  if (weights != "checkpoint" && weights != "q8_0") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: '", weights, "' is not checkpoint or q8_0"));
+  }
+  return absl::OkStatus();
+}
+
 void UpOptions::Describe(config::Schema<UpOptions>& s) {
   s.Add("model_dir", &UpOptions::model_dir, "checkpoint; default <repo>/.models/<preset>");
   s.Add("preset", &UpOptions::preset, "preset made when the model is missing");
@@ -42,6 +61,7 @@ void UpOptions::Describe(config::Schema<UpOptions>& s) {
       .Min(absl::ZeroDuration());
   for (const ServiceSpec& spec : Topology()) s.Section(spec.name, spec.options);
   s.Section("security", &UpOptions::security);
+  s.Section("numerics", &UpOptions::numerics);
 }
 
 absl::Status UpOptions::Validate() const {

@@ -9,6 +9,7 @@
 //   data_dir: /var/tmp/moe         # where the kv-store keeps L3 (default <repo>/.moe-data)
 //   asr: {replicas: 1}             # asr and tts: one each by default (voice); 0 = no voice
 //   security: {mtls: true, auth: true}  # a secure local cluster (up_security.h)
+//   numerics: {activations: f32, weights: q8_0}  # every router and worker (DESIGN.md §3)
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,16 @@ struct SecurityOptions {
   absl::Status Validate() const;
 };
 
+// The cluster-wide numerics (DESIGN.md §3), given to every router and expert worker as their
+// core.activations and core.weights, so the processes of a local cluster always agree.
+struct NumericsOptions {
+  std::string activations = "f32";     // f32 | bf16
+  std::string weights = "checkpoint";  // checkpoint | q8_0 (int8 weights quantized on load)
+
+  static void Describe(common::config::Schema<NumericsOptions>& s);
+  absl::Status Validate() const;
+};
+
 struct UpOptions {
   std::string model_dir;         // "" = <repo>/.models/<preset>
   std::string preset = "small";  // made when model_dir has no config.json
@@ -64,6 +75,7 @@ struct UpOptions {
   ServiceOptions tts;
   ServiceOptions gateway{.replicas = 1, .args = {}, .port = 8000};
   SecurityOptions security;
+  NumericsOptions numerics;
 
   // The sections come from Topology(), in start order.
   static void Describe(common::config::Schema<UpOptions>& s);

@@ -66,7 +66,9 @@ std::vector<ServiceSpec> MakeTopology() {
                 c, "expert_worker",
                 {"--set", "core.model_dir=" + c.model_dir, "--set",
                  absl::StrCat("core.experts=*:0-", std::max(0, c.num_experts - 1)), "--set",
-                 absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads)});
+                 absl::StrCat("core.threads_per_call=", PlanThreads(c).worker_threads), "--set",
+                 "core.activations=" + c.options.numerics.activations, "--set",
+                 "core.weights=" + c.options.numerics.weights});
           },
       .ready = GrpcServing,
   });
@@ -94,7 +96,9 @@ std::vector<ServiceSpec> MakeTopology() {
             std::vector<std::string> flags =
                 ServerFlags(c, "router",
                             {"--set", "core.model_dir=" + c.model_dir, "--set",
-                             absl::StrCat("router_id=router-", i)});
+                             absl::StrCat("router_id=router-", i), "--set",
+                             "core.activations=" + c.options.numerics.activations, "--set",
+                             "core.weights=" + c.options.numerics.weights});
             // It dials the kv-stores and the expert workers (the shared-memory negotiation
             // too) as the router role.
             Append(flags, c.security.ChannelFlags("kv_store.channel", "router", "router"));

@@ -88,6 +88,28 @@ TEST(UpTopologyTest, RoutersAreToldAboutStartedWorkersAndTheGatewayAboutRouters)
   EXPECT_THAT(gateway, Contains("voice.asr="));
 }
 
+// numerics.* reaches every router and expert worker (they refuse each other otherwise).
+TEST(UpTopologyTest, NumericsGoToEveryRouterAndWorker) {
+  UpContext c;
+  c.model_dir = "/m";
+  for (const char* kind : {"router", "expert_worker"}) {
+    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.weights=checkpoint")) << kind;
+    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.activations=f32")) << kind;
+  }
+  UpOptions o;
+  o.numerics.weights = "q8_0";
+  o.numerics.activations = "bf16";
+  EXPECT_OK(o.Validate());
+  c.options = o;
+  for (const char* kind : {"router", "expert_worker"}) {
+    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.weights=q8_0")) << kind;
+    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.activations=bf16")) << kind;
+  }
+  o.numerics.weights = "int4";
+  EXPECT_THAT(o.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("numerics.weights")));
+}
+
 TEST(UpTopologyTest, TheGatewayIsToldAboutTheSpeechServices) {
   UpContext c;
   c.model_dir = "/m";
