@@ -97,9 +97,10 @@ TEST_P(EngineReferenceTest, TeacherForcedLogitsMatchTheReference) {
   // f32 activations against double, same stored weights (bf16 too): measured <= 1.8e-5 on
   // logits of magnitude ~25. q8_0: the same weights, but an activation whose f32 and double
   // values straddle a rounding boundary of its quantization lands one step apart, which moves
-  // the logits by up to about one activation quantum times the weights it meets: measured
-  // Q8_TOL_MEASURED.
-  const double tol = GetParam().weights == model::WeightsMode::kQ8_0 ? 1e-2 * max_abs : 1e-4;
+  // the logits by up to about one activation quantum times the weights it meets, and on through
+  // the later layers: measured up to 1.2% of the largest |logit| (0.27 of 22.9, small OLMoE),
+  // while the greedy tokens stay the reference's (the test below).
+  const double tol = GetParam().weights == model::WeightsMode::kQ8_0 ? 3e-2 * max_abs : 1e-4;
   EXPECT_LE(max_diff, tol) << "largest |logit| " << max_abs;
   EXPECT_GT(max_abs, 1.0);  // the comparison is not between near-zero vectors
 }
