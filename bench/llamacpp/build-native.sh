@@ -27,7 +27,12 @@ if [[ ! -d "$src/.git" ]]; then
   git clone --quiet "$bundle" "$src"
 fi
 git -C "$src" -c advice.detachedHead=false checkout --quiet "$commit"
+# AMX off: -march=native on these Xeon VMs enables AMX-INT8, whose Q8_0 kernels then trap
+# (SIGILL in tinygemm_kernel_amx: the VM does not grant the tile state), so llama.cpp could not
+# run a Q8_0 model here at all; AVX-512 VNNI/BF16 stay on.
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" \
   -DGGML_NATIVE=ON -DGGML_OPENMP=OFF -DGGML_CCACHE=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON \
   -DBUILD_SHARED_LIBS=OFF >"$out/cmake.log"
