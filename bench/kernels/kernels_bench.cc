@@ -5,6 +5,9 @@
 //   moe_kernels_bench [--threads N] [--isa avx512_bf16|avx512|avx2|portable] [--quick]
 //                     [--activations f32|bf16|both]   (bf16: kernels.h BF16-ACTIVATION MODE;
 //                     both: each bf16-weight MatMul in both modes, side by side)
+//                     [--q8 [--q8-rounds N] [--q8-mb MB]]   (only q8_0 against bf16 weights at
+//                     m = 1, 32, 512 on the expert and lm_head shapes, alternating, best of N
+//                     rounds; MB: the bf16 weight set's size, q8_0's is half)
 #include <immintrin.h>
 #include <time.h>
 
@@ -42,22 +45,36 @@ struct WeightSet {
   std::vector<std::vector<float>> copies32;
   DType dtype;
   int64_t k, n;
+  std::vector<std::vector<uint8_t>> copies8;  // q8_0
   WeightView View(size_t i) const {
-    const void* p = dtype == DType::kF32 ? static_cast<const void*>(copies32[i].data())
-                                         : static_cast<const void*>(copies16[i].data());
+    const void* p = dtype == DType::kF32    ? static_cast<const void*>(copies32[i].data())
+                    : dtype == DType::kQ8_0 ? static_cast<const void*>(copies8[i].data())
+                                            : static_cast<const void*>(copies16[i].data());
     return WeightView{p, dtype, n, k};
   }
-  size_t count() const { return dtype == DType::kF32 ? copies32.size() : copies16.size(); }
-  int64_t bytes() const { return k * n * common::DTypeSize(dtype); }
+  size_t count() const {
+    return dtype == DType::kF32    ? copies32.size()
+           : dtype == DType::kQ8_0 ? copies8.size()
+                                   : copies16.size();
+  }
+  int64_t bytes() const { return n * common::RowBytes(dtype, k); }
 };
 
 WeightSet MakeSet(DType dtype, int64_t k, int64_t n, int64_t min_total_bytes) {
-  WeightSet s{{}, {}, dtype, k, n};
+  WeightSet s{{}, {}, dtype, k, n, {}};
   const int64_t copies = std::max<int64_t>(1, (min_total_bytes + s.bytes() - 1) / s.bytes());
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
   for (int64_t c = 0; c < copies; ++c) {
-    if (dtype == DType::kF32) {
+    if (dtype == DType::kQ8_0) {  // the bf16 weights of the other sets, quantized on load
+      std::vector<uint16_t> src(k * n);
+      for (uint16_t& h : src) h = common::F32ToBf16(dist(rng));
+      s.copies8.emplace_back(s.bytes());
+      if (!QuantizeRowsQ8_0(src.data(), DType::kBF16, n, k, s.copies8.back().data(), nullptr)
+               .ok()) {
+        std::abort();
+      }
+    } else if (dtype == DType::kF32) {
       s.copies32.emplace_back(k * n);
       for (float& f : s.copies32.back()) f = dist(rng);
     } else {
@@ -129,6 +146,44 @@ __attribute__((target("avx512f"))) double CpuTimeReadBandwidth(int64_t bytes) {
   return best;
 }
 
+// q8_0 against bf16 weights (kernels.h INT8 WEIGHTS), measured alternating in one run (rounds of
+// bf16 then q8_0, best of the rounds each) so a busy machine's noise hits both alike. Weight
+// GB/s counts each format's own bytes (q8_0: 1.0625 B per weight, bf16: 2).
+void RunQ8Comparison(ThreadPool* pool, double budget, int rounds, int64_t set_bytes,
+                     int64_t max_m) {
+  const Shape shapes[] = {{"expert gate/up (k=1024,n=2816)", 1024, 2816},
+                          {"expert down (k=2816,n=1024)", 2816, 1024},
+                          {"lm_head (k=1024,n=32000)", 1024, 32000}};
+  for (const Shape& s : shapes) {
+    const WeightSet bf = MakeSet(DType::kBF16, s.k, s.n, set_bytes);
+    const WeightSet q8 = MakeSet(DType::kQ8_0, s.k, s.n, set_bytes / 2);
+    for (const int64_t m : {int64_t{1}, int64_t{32}, int64_t{512}}) {
+      if (m > max_m || (m == 512 && s.n == 32000)) continue;
+      double best[2] = {1e30, 1e30}, best_cpu[2] = {1e30, 1e30};
+      for (int r = 0; r < rounds; ++r) {
+        for (int which = 0; which < 2; ++which) {
+          const double t = TimeMatMul(which == 0 ? bf : q8, m, pool, budget);
+          best[which] = std::min(best[which], t);
+          best_cpu[which] = std::min(best_cpu[which], g_cpu_per_call);
+        }
+      }
+      const double flop = 2.0 * m * s.k * s.n;
+      for (int which = 0; which < 2; ++which) {
+        const WeightSet& w = which == 0 ? bf : q8;
+        std::printf(
+            "q8cmp %-5s %-31s m=%-4lld %8.3f ms %7.1f GFLOP/s %7.2f GB/s (caller cpu: %8.3f ms "
+            "%7.1f GFLOP/s %7.2f GB/s)\n",
+            which == 0 ? "bf16" : "q8_0", s.name, static_cast<long long>(m), best[which] * 1e3,
+            flop / best[which] / 1e9, w.bytes() / best[which] / 1e9, best_cpu[which] * 1e3,
+            flop / best_cpu[which] / 1e9, w.bytes() / best_cpu[which] / 1e9);
+      }
+      std::printf("q8cmp ratio %-31s m=%-4lld speed q8_0/bf16 x%.2f (caller cpu x%.2f)\n", s.name,
+                  static_cast<long long>(m), best[0] / best[1], best_cpu[0] / best_cpu[1]);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moe::kernels
 
@@ -143,6 +198,9 @@ int main(int argc, char** argv) {
   const char* isa = std::getenv("MOE_KERNELS_ISA");  // --isa overrides it
   if (isa == nullptr) isa = "auto";
   std::vector<Activations> acts = {Activations::kF32};
+  bool q8 = false;
+  int q8_rounds = 3;
+  int64_t q8_mb = 256;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--activations") == 0 && i + 1 < argc) {
       const std::string a = argv[++i];
@@ -157,6 +215,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) num_shapes = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) only_dtype = argv[++i];
     if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
+    if (std::strcmp(argv[i], "--q8") == 0) q8 = true;
+    if (std::strcmp(argv[i], "--q8-rounds") == 0 && i + 1 < argc) q8_rounds = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--q8-mb") == 0 && i + 1 < argc) q8_mb = std::atoll(argv[++i]);
   }
   if (absl::Status s = SelectIsa(isa); !s.ok()) {
     std::fprintf(stderr, "--isa / MOE_KERNELS_ISA: %s\n", std::string(s.message()).c_str());
@@ -171,6 +232,11 @@ int main(int argc, char** argv) {
   if (probe_enabled && threads == 1) {
     std::printf("stream_read_bandwidth (1 thread, per cpu-second): %.2f GB/s\n",
                 CpuTimeReadBandwidth(int64_t{512} << 20) / 1e9);
+  }
+
+  if (q8) {
+    RunQ8Comparison(&pool, budget, q8_rounds, q8_mb << 20, max_m);
+    return 0;
   }
 
   // ParallelFor overhead (empty bodies, back to back).

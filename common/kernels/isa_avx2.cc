@@ -344,13 +344,15 @@ void TileQ8(const internal::MatMulArgs& a, int64_t i0, int64_t j0) {
     }
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  // The next tile's rows (contiguous, NR * rb bytes), spread over the blocks of this one.
-  const char* pf = w + NR * rb;
-  constexpr int kPfLines = (NR * 34 + 63) / 64 + 1;
   for (int64_t b = 0; b < nb; ++b) {
     if constexpr (MR == 1) {
+      if (b % 2 == 0) {  // the same offsets (and the scales) in the next tile's rows, into L2
 #pragma GCC unroll 8
-      for (int t = 0; t < kPfLines; ++t) _mm_prefetch(pf + b * NR * 34 + 64 * t, _MM_HINT_T1);
+        for (int r = 0; r < NR; ++r) {
+          _mm_prefetch(w + (r + NR) * rb + 32 * b, _MM_HINT_T1);
+          if (32 * b < 2 * nb) _mm_prefetch(w + (r + NR) * rb + k + 32 * b, _MM_HINT_T1);
+        }
+      }
     }
     const int h = static_cast<int>(b & 1);
     __m256i wv[NR], wa[NR];
