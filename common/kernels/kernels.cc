@@ -454,17 +454,20 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
     Parallel(pool, m * num_heads, group, [&](int64_t b, int64_t e) { isa.attention(args, b, e); });
     return;
   }
-  // Prefill: units (KV head, token), KV head outermost so one head's keys and values stay in L2
-  // across consecutive units; causal rows grow with position, so chunks are small (dynamic
-  // balance).
-  const int64_t units = layout.num_kv_heads * m;
+  // Prefill: units (KV head, tile of consecutive tokens), KV head outermost so one head's keys
+  // and values stay in L2 across consecutive units. A tile's (token, head) items fill up to 16
+  // lanes, so the ISA path can read each key/value row once for all of them. Causal rows grow
+  // with position, so chunks are small (dynamic balance).
+  const int64_t tile = std::max<int64_t>(1, 16 / group);
+  const int64_t tiles = (m + tile - 1) / tile;
+  const int64_t units = layout.num_kv_heads * tiles;
   const int64_t grain = std::max<int64_t>(1, units / (16 * threads));
   Parallel(pool, units, grain, [&](int64_t b, int64_t e) {
+    internal::AttentionArgs unit = args;
     for (int64_t u = b; u < e; ++u) {
-      const int64_t kvh = u / m;
-      const int64_t i = u % m;
-      const int64_t first = i * num_heads + kvh * group;
-      isa.attention(args, first, first + group);
+      unit.kv_head = u / tiles;
+      const int64_t i = (u % tiles) * tile;
+      isa.attention(unit, i, std::min(m, i + tile));
     }
   });
 }
