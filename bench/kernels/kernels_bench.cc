@@ -5,6 +5,8 @@
 //   moe_kernels_bench [--threads N] [--isa avx512_bf16|avx512|avx2|portable] [--quick]
 //                     [--activations f32|bf16|both]   (bf16: kernels.h BF16-ACTIVATION MODE;
 //                     both: each bf16-weight MatMul in both modes, side by side)
+//                     [--warm-prefix N]   (the warm attention step's cached prefix, default 2048)
+//   moe_kernels_bench --shapes 0 --no-probe   (attention only)
 #include <immintrin.h>
 #include <time.h>
 
@@ -138,6 +140,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool probe_enabled = true;
   int64_t max_m = 512;
+  int64_t warm_prefix = 2048;  // the warm-TTFT attention step's cached prefix
   int num_shapes = 4;
   const char* only_dtype = nullptr;
   const char* isa = std::getenv("MOE_KERNELS_ISA");  // --isa overrides it
@@ -157,6 +160,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) num_shapes = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) only_dtype = argv[++i];
     if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa = argv[++i];
+    if (std::strcmp(argv[i], "--warm-prefix") == 0 && i + 1 < argc) {
+      warm_prefix = std::atoll(argv[++i]);
+    }
   }
   if (absl::Status s = SelectIsa(isa); !s.ok()) {
     std::fprintf(stderr, "--isa / MOE_KERNELS_ISA: %s\n", std::string(s.message()).c_str());
@@ -252,7 +258,7 @@ int main(int argc, char** argv) {
   // The warm-TTFT step (issue 18): a 32-token prefill at positions 2048..2079 over a cached
   // 2048-token prefix, on the bench preset's heads (16 / 4 KV) and the small preset's (4 / 2).
   for (const auto& [heads, kv_heads] : {std::pair<int64_t, int64_t>{16, 4}, {4, 2}}) {
-    const int64_t hd = 64, bs = 16, prefix = 2048, m = 32;
+    const int64_t hd = 64, bs = 16, prefix = warm_prefix, m = 32;
     PagedKvLayout layout{(prefix + m + bs - 1) / bs, bs, kv_heads, hd};
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -280,9 +286,9 @@ int main(int argc, char** argv) {
     }
     const double flops = 4.0 * heads * hd * m * (prefix + (m + 1) / 2.0);
     std::printf(
-        "attention warm 32 @ 2048 (heads %lld/%lld): %.3f ms mean, %.3f ms best, %.1f GFLOP/s "
+        "attention warm 32 @ %lld (heads %lld/%lld): %.3f ms mean, %.3f ms best, %.1f GFLOP/s "
         "(caller cpu %.3f ms)\n",
-        static_cast<long long>(heads), static_cast<long long>(kv_heads),
+        static_cast<long long>(prefix), static_cast<long long>(heads), static_cast<long long>(kv_heads),
         Seconds(start, Clock::now()) / calls * 1e3, best * 1e3, flops / best / 1e9,
         (ThreadCpuSeconds() - cpu0) / calls * 1e3);
   }
