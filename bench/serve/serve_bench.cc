@@ -878,8 +878,20 @@ absl::StatusOr<BenchReport> SideBySide(const SuiteOptions& options, const Slo& s
     ASSIGN_OR_RETURN(auto warm, ShortPrompts(ctx, 2, 8, 8, 99));
     RunWorkload(s->port, s->model, warm, {.max_concurrency = 2, .timeout_s = 120});
   }
+  // --scenarios NAME,...: only those (and the topology comparison only when named "topology").
+  const std::string only = flags.Str("scenarios", "");
+  const std::vector<std::string> wanted = absl::StrSplit(only, ',', absl::SkipEmpty());
+  auto want = [&](const std::string& name) {
+    return wanted.empty() || std::find(wanted.begin(), wanted.end(), name) != wanted.end();
+  };
+  for (const std::string& w : wanted) {
+    bool known = w == "topology";
+    for (const Scenario& sc : kScenarios) known = known || w == sc.name;
+    if (!known) return absl::InvalidArgumentError(absl::StrCat("--scenarios: unknown '", w, "'"));
+  }
   absl::Status status;
   for (const Scenario& sc : kScenarios) {
+    if (!want(sc.name)) continue;
     Progress(absl::StrCat("scenario ", sc.name));
     status = sc.run(ctx, sys);
     if (!status.ok()) break;
@@ -887,6 +899,7 @@ absl::StatusOr<BenchReport> SideBySide(const SuiteOptions& options, const Slo& s
   if (theirs) theirs->Stop();
   ours.Stop();
   RETURN_IF_ERROR(status);
+  if (!want("topology")) return report;
 
   // Embedded vs disaggregated (router 1 thread + 2 workers x 1 thread, as `moe bench experts`).
   Progress("starting the disaggregated cluster (1 router + 2 expert workers)");
@@ -1078,10 +1091,11 @@ absl::StatusOr<BenchReport> RunServeSuite(const SuiteOptions& o) {
 }
 
 const std::vector<std::string> kServeFlags = {
-    "url",          "workload",   "rate",          "rates",        "concurrency",  "num-requests",
-    "input-len",    "output-len", "shared-prefix", "turns",        "trace",        "time-scale",
-    "max-input",    "max-output", "burstiness",    "goodput",      "seed",         "vocab",
-    "served-model", "name",       "make-trace",    "num-prefixes", "prefix-share", "llama-server"};
+    "url",          "workload",     "rate",         "rates",         "concurrency",
+    "num-requests", "input-len",    "output-len",   "shared-prefix", "turns",
+    "trace",        "time-scale",   "max-input",    "max-output",    "burstiness",
+    "goodput",      "seed",         "vocab",        "served-model",  "name",
+    "make-trace",   "num-prefixes", "prefix-share", "llama-server",  "scenarios"};
 
 }  // namespace
 
