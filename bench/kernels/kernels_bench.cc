@@ -288,9 +288,9 @@ int main(int argc, char** argv) {
     std::printf(
         "attention warm 32 @ %lld (heads %lld/%lld): %.3f ms mean, %.3f ms best, %.1f GFLOP/s "
         "(caller cpu %.3f ms)\n",
-        static_cast<long long>(prefix), static_cast<long long>(heads), static_cast<long long>(kv_heads),
-        Seconds(start, Clock::now()) / calls * 1e3, best * 1e3, flops / best / 1e9,
-        (ThreadCpuSeconds() - cpu0) / calls * 1e3);
+        static_cast<long long>(prefix), static_cast<long long>(heads),
+        static_cast<long long>(kv_heads), Seconds(start, Clock::now()) / calls * 1e3, best * 1e3,
+        flops / best / 1e9, (ThreadCpuSeconds() - cpu0) / calls * 1e3);
   }
   return 0;
 }
