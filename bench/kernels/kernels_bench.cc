@@ -8,6 +8,8 @@
 //                     [--q8 [--q8-rounds N] [--q8-mb MB]]   (only q8_0 against bf16 weights at
 //                     m = 1, 32, 512 on the expert and lm_head shapes, alternating, best of N
 //                     rounds; MB: the bf16 weight set's size, q8_0's is half)
+//                     [--warm-prefix N]   (the warm attention step's cached prefix, default 2048)
+//   moe_kernels_bench --shapes 0 --no-probe   (attention only)
 #include <immintrin.h>
 #include <time.h>
 
@@ -193,6 +195,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool probe_enabled = true;
   int64_t max_m = 512;
+  int64_t warm_prefix = 2048;  // the warm-TTFT attention step's cached prefix
   int num_shapes = 4;
   const char* only_dtype = nullptr;
   const char* isa = std::getenv("MOE_KERNELS_ISA");  // --isa overrides it
@@ -218,6 +221,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--q8") == 0) q8 = true;
     if (std::strcmp(argv[i], "--q8-rounds") == 0 && i + 1 < argc) q8_rounds = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--q8-mb") == 0 && i + 1 < argc) q8_mb = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--warm-prefix") == 0 && i + 1 < argc) {
+      warm_prefix = std::atoll(argv[++i]);
+    }
   }
   if (absl::Status s = SelectIsa(isa); !s.ok()) {
     std::fprintf(stderr, "--isa / MOE_KERNELS_ISA: %s\n", std::string(s.message()).c_str());
@@ -314,6 +320,43 @@ int main(int argc, char** argv) {
           "attention %s: %.3f ms (caller cpu %.3f ms)\n", m == 1 ? "decode ctx=512" : "prefill 512",
           Seconds(start, Clock::now()) / calls * 1e3, (ThreadCpuSeconds() - cpu0) / calls * 1e3);
     }
+  }
+  // The warm-TTFT step (issue 18): a 32-token prefill at positions 2048..2079 over a cached
+  // 2048-token prefix, on the bench preset's heads (16 / 4 KV) and the small preset's (4 / 2).
+  for (const auto& [heads, kv_heads] : {std::pair<int64_t, int64_t>{16, 4}, {4, 2}}) {
+    const int64_t hd = 64, bs = 16, prefix = warm_prefix, m = 32;
+    PagedKvLayout layout{(prefix + m + bs - 1) / bs, bs, kv_heads, hd};
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> kc(layout.num_blocks * bs * kv_heads * hd), vc(kc.size());
+    for (float& f : kc) f = dist(rng);
+    for (float& f : vc) f = dist(rng);
+    std::vector<int32_t> table(layout.num_blocks);
+    for (int64_t b = 0; b < layout.num_blocks; ++b) table[b] = static_cast<int32_t>(b);
+    std::vector<AttentionToken> toks(m);
+    for (int64_t i = 0; i < m; ++i) toks[i] = {static_cast<int32_t>(prefix + i), table.data()};
+    std::vector<float> q(m * heads * hd), out(q.size());
+    for (float& f : q) f = dist(rng);
+    PagedAttention(q.data(), m, heads, toks.data(), layout, kc.data(), vc.data(), 0.125f,
+                   out.data(), &pool);
+    int calls = 0;
+    double best = 1e30;
+    const auto start = Clock::now();
+    const double cpu0 = ThreadCpuSeconds();
+    while (Seconds(start, Clock::now()) < budget || calls < 5) {
+      const auto s0 = Clock::now();
+      PagedAttention(q.data(), m, heads, toks.data(), layout, kc.data(), vc.data(), 0.125f,
+                     out.data(), &pool);
+      best = std::min(best, Seconds(s0, Clock::now()));
+      ++calls;
+    }
+    const double flops = 4.0 * heads * hd * m * (prefix + (m + 1) / 2.0);
+    std::printf(
+        "attention warm 32 @ %lld (heads %lld/%lld): %.3f ms mean, %.3f ms best, %.1f GFLOP/s "
+        "(caller cpu %.3f ms)\n",
+        static_cast<long long>(prefix), static_cast<long long>(heads),
+        static_cast<long long>(kv_heads), Seconds(start, Clock::now()) / calls * 1e3, best * 1e3,
+        flops / best / 1e9, (ThreadCpuSeconds() - cpu0) / calls * 1e3);
   }
   return 0;
 }

@@ -328,6 +328,15 @@ absl::StatusOr<BenchReport> RunRouterSuite(const SuiteOptions& options) {
     ASSIGN_OR_RETURN(dir, PresetCheckpoint(o));
   }
   BenchReport report("router");
+  // --only ttft: just ttft_warm_over_cold_l1 (the quick warm/cold TTFT check).
+  const auto only = o.flags.find("only");
+  if (only != o.flags.end()) {
+    if (only->second != "ttft") {
+      return absl::InvalidArgumentError(absl::StrCat("--only: ttft, got '", only->second, "'"));
+    }
+    RETURN_IF_ERROR(WarmOverCold(dir, o, report));
+    return report;
+  }
   std::fprintf(stderr, "moe bench router: kv_slot_utilisation\n");
   RETURN_IF_ERROR(SlotUtilisation(dir, o, report, "kv_slot_utilisation", o.quick ? 16 : 64, 16,
                                   o.quick ? 512 : 2048, 16, 256, ">= 0.97"));
@@ -346,9 +355,11 @@ absl::StatusOr<BenchReport> RunRouterSuite(const SuiteOptions& options) {
 
 }  // namespace
 
-MOE_REGISTER_BENCH_SUITE("router",
-                         "scheduler + L1 KV: slot utilisation, warm/cold TTFT, prefix-sharing "
-                         "concurrency, decode tok/s vs streams",
-                         RunRouterSuite);
+const std::vector<std::string> kRouterFlags = {"only"};
+
+MOE_REGISTER_BENCH_SUITE_EX("router",
+                            "scheduler + L1 KV: slot utilisation, warm/cold TTFT, prefix-sharing "
+                            "concurrency, decode tok/s vs streams",
+                            RunRouterSuite, kRouterFlags, 600, 180);
 
 }  // namespace moe::bench

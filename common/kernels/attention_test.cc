@@ -2,6 +2,7 @@
 // invariances the engine relies on: batching, prefill chunking, threads, ISA.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -150,6 +151,87 @@ TEST(PagedAttentionTest, BitwiseInvariantAcrossChunkingBatchingThreadsAndIsa) {
       PagedAttention(q.data(), int64_t(toks.size()), 16, toks.data(), f.layout, f.k_cache.data(),
                      f.v_cache.data(), 1.0f / std::sqrt(float(hd)), out.data(), &pool2);
       EXPECT_EQ(std::memcmp(out.data() + s * row, base.data() + (f.lens[s] - 1) * row, row * 4), 0);
+    }
+  }
+}
+
+// A prefill chunk over a long cached prefix (the warm-TTFT step): the chunk's tokens in one call
+// (AVX-512: tiles of up to 16 (token, head) items per KV head, masked tail blocks) must equal each
+// token alone (the decode path) and the portable path, bitwise, for every GQA group width (one
+// tile of 16, 8, 5, 4 or 2 tokens), block sizes that do and do not divide the prefix, and
+// chunks that start and end inside blocks.
+TEST(PagedAttentionTest, PrefillChunkOverACachedPrefixMatchesOneTokenAtATime) {
+  std::mt19937 rng(5);
+  ThreadPool pool2(2);
+  struct Case {
+    int64_t heads, kv_heads, hd, bs, prefix, chunk;
+  };
+  for (const Case& c :
+       {Case{4, 2, 64, 16, 160, 32}, Case{16, 4, 64, 16, 203, 37}, Case{16, 16, 64, 16, 64, 40},
+        Case{6, 2, 64, 4, 97, 23}, Case{8, 1, 128, 16, 48, 9}, Case{16, 4, 128, 5, 61, 30},
+        Case{4, 4, 24, 16, 40, 20}}) {
+    PagedFixture f(rng, c.bs, c.kv_heads, c.heads, c.hd, {c.prefix + c.chunk});
+    const int64_t row = c.heads * c.hd;
+    std::vector<float> single;
+    for (int64_t p = c.prefix; p < c.prefix + c.chunk; ++p) {
+      const auto one = f.Run(0, p, p + 1, nullptr);
+      single.insert(single.end(), one.begin(), one.end());
+    }
+    std::vector<float> portable;
+    {
+      ScopedIsa force("portable");
+      portable = f.Run(0, c.prefix, c.prefix + c.chunk, &pool2);
+    }
+    EXPECT_TRUE(BitwiseEqual(single, portable)) << c.heads << "/" << c.kv_heads << " hd " << c.hd;
+    for (const char* isa : SupportedIsas()) {
+      ScopedIsa force(isa);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+        EXPECT_TRUE(BitwiseEqual(f.Run(0, c.prefix, c.prefix + c.chunk, pool), single))
+            << isa << " " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " bs " << c.bs;
+      }
+      // Every sub-chunk length up to one tile and a bit, starting anywhere in a block.
+      for (int64_t len = 2; len <= 18 && len <= c.chunk; len += 3) {
+        const int64_t b = c.prefix + (len * 7) % (c.chunk - len + 1);
+        const auto part = f.Run(0, b, b + len, nullptr);
+        EXPECT_EQ(std::memcmp(part.data(), single.data() + (b - c.prefix) * row,
+                              part.size() * sizeof(float)),
+                  0)
+            << isa << " " << c.heads << "/" << c.kv_heads << " at " << b << " len " << len;
+      }
+    }
+  }
+}
+
+// Tokens of different sequences interleaved in one batch: a tile never mixes block tables.
+TEST(PagedAttentionTest, InterleavedSequencesMatchEachAlone) {
+  std::mt19937 rng(6);
+  ThreadPool pool2(2);
+  PagedFixture f(rng, 16, 2, 4, 64, {90, 75, 40});
+  const int64_t row = 4 * 64;
+  // Runs of 3, 1, 6, 2, ... tokens of sequences 0, 1, 2, 0, ...
+  std::vector<AttentionToken> toks;
+  std::vector<float> q;
+  std::vector<std::pair<size_t, int64_t>> who;  // (sequence, position) per batch row
+  int64_t next[3] = {60, 50, 20};
+  for (int run = 0; run < 12; ++run) {
+    const size_t s = run % 3;
+    for (int64_t r = 0; r < 1 + (run * 5) % 7 && next[s] < f.lens[s]; ++r, ++next[s]) {
+      toks.push_back({int32_t(next[s]), f.tables[s].data()});
+      q.insert(q.end(), f.q[s].begin() + next[s] * row, f.q[s].begin() + (next[s] + 1) * row);
+      who.push_back({s, next[s]});
+    }
+  }
+  for (const char* isa : SupportedIsas()) {
+    ScopedIsa force(isa);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+      std::vector<float> out(toks.size() * row);
+      PagedAttention(q.data(), int64_t(toks.size()), 4, toks.data(), f.layout, f.k_cache.data(),
+                     f.v_cache.data(), 1.0f / 8.0f, out.data(), pool);
+      for (size_t i = 0; i < who.size(); ++i) {
+        const auto alone = f.Run(who[i].first, who[i].second, who[i].second + 1, nullptr);
+        EXPECT_EQ(std::memcmp(out.data() + i * row, alone.data(), row * sizeof(float)), 0)
+            << isa << " row " << i;
+      }
     }
   }
 }

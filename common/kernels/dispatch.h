@@ -51,6 +51,9 @@ struct AttentionArgs {
   const float* v_cache;
   float scale;
   float* out;
+  // -1: the attention call's [begin, end) are (token, head) items of the flattened index
+  // token * num_heads + head. >= 0: they are tokens, each with the query heads of this KV head.
+  int64_t kv_head = -1;
 };
 
 struct IsaKernels {
@@ -62,7 +65,8 @@ struct IsaKernels {
                    float* out);
   void (*softmax)(float* x, int64_t m, int64_t n);
   void (*silu_mul)(float* gate, const float* up, int64_t n);
-  // Work items [begin, end) of the flattened (token, head) index token * num_heads + head.
+  // Work items [begin, end): (token, head) items, or tokens of one KV head
+  // (AttentionArgs::kv_head).
   void (*attention)(const AttentionArgs& a, int64_t begin, int64_t end);
   // out[i] = ExpF(in[i]) (the one exp of every path; see exp_impl.h).
   void (*exp)(const float* in, float* out, int64_t n);

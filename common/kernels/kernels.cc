@@ -547,17 +547,29 @@ void PagedAttention(const float* q, int64_t m, int64_t num_heads, const Attentio
     Parallel(pool, m * num_heads, group, [&](int64_t b, int64_t e) { isa.attention(args, b, e); });
     return;
   }
-  // Prefill: units (KV head, token), KV head outermost so one head's keys and values stay in L2
-  // across consecutive units; causal rows grow with position, so chunks are small (dynamic
-  // balance).
-  const int64_t units = layout.num_kv_heads * m;
+  // Prefill: units (KV head, tile), KV head outermost so one head's keys and values stay in L2
+  // across consecutive units. A tile is a run of consecutive tokens of one sequence (one block
+  // table) whose (token, head) items fill up to 16 lanes, so the ISA path can read each key/value
+  // row once for all of them; tokens of distinct sequences (a decode batch) are a unit each.
+  // Causal rows grow with position, so chunks are small (dynamic balance).
+  const int64_t tile = std::max<int64_t>(1, 16 / group);
+  thread_local std::vector<int64_t> tile_begin;  // tiles' first tokens, then m
+  tile_begin.clear();
+  for (int64_t i = 0; i < m;) {
+    tile_begin.push_back(i);
+    const int64_t first = i++;
+    while (i < m && i - first < tile && tokens[i].block_table == tokens[first].block_table) ++i;
+  }
+  tile_begin.push_back(m);
+  const int64_t* starts = tile_begin.data();  // the workers read the caller's vector
+  const int64_t tiles = static_cast<int64_t>(tile_begin.size()) - 1;
+  const int64_t units = layout.num_kv_heads * tiles;
   const int64_t grain = std::max<int64_t>(1, units / (16 * threads));
   Parallel(pool, units, grain, [&](int64_t b, int64_t e) {
+    internal::AttentionArgs unit = args;
     for (int64_t u = b; u < e; ++u) {
-      const int64_t kvh = u / m;
-      const int64_t i = u % m;
-      const int64_t first = i * num_heads + kvh * group;
-      isa.attention(args, first, first + group);
+      unit.kv_head = u / tiles;
+      isa.attention(unit, starts[u % tiles], starts[u % tiles + 1]);
     }
   });
 }
