@@ -121,6 +121,10 @@ absl::StatusOr<std::shared_ptr<::grpc::Channel>> CreateChannel(const std::string
               static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  if (options.stream_window_bytes > 0) {
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, options.stream_window_bytes);
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  }
   if (!options.tls.server_name_override.empty()) {
     args.SetSslTargetNameOverride(options.tls.server_name_override);
   }

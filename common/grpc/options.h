@@ -102,6 +102,12 @@ struct ChannelOptions {
   // UNAVAILABLE instead of leaving it open forever. Servers (ServerRunner) accept such pings.
   absl::Duration keepalive_time = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(5);
+  // HTTP/2 flow control: the most a server stream sends ahead of the client's reads, bytes.
+  // 0 = gRPC's default (64 KiB to start, grown by BDP probing to megabytes on a fast link, so a
+  // client that stops reading a stream of small messages still receives thousands of them).
+  // Set: this window for every stream and no BDP probing (the gateway's router channels, so
+  // that pausing a stream's reads holds the router's sequence: services/gateway/README.md).
+  int32_t stream_window_bytes = 0;
 
   static void Describe(config::Schema<ChannelOptions>& s) {
     s.Section("tls", &ChannelOptions::tls);
@@ -116,6 +122,10 @@ struct ChannelOptions {
     s.Add("keepalive_timeout", &ChannelOptions::keepalive_timeout,
           "an unanswered ping closes the connection after this")
         .Range(absl::Milliseconds(100), absl::Minutes(10));
+    s.Add("stream_window_bytes", &ChannelOptions::stream_window_bytes,
+          "HTTP/2 window per stream (what a server stream sends ahead of the reads); "
+          "0 = gRPC's default, grown by BDP probing")
+        .Range(0, 1 << 30);
   }
   absl::Status Validate() const { return config::CheckFields(*this); }
 };

@@ -162,17 +162,34 @@ class Reactor final : public grpc::ClientReadReactor<pb::GenerateResponse> {
     g_live_reactors.fetch_add(1);
     router_->in_flight.fetch_add(1);
     router_->stub->async()->Generate(&context_, &request, this);
+    // The read flow leaves the reactions (back-pressure: the observer's WhenReady may start the
+    // next read later, from an HTTP I/O thread): the hold keeps OnDone, and so `delete this`,
+    // until the last read has come back not ok (gRPC's documented pattern for that).
+    AddHold();
     StartRead(&response_);
     StartCall();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
+    if (!ok) {
+      RemoveHold();  // no more reads: OnDone follows
+      return;
+    }
     got_message_ = true;
     GenerateUpdate u = FromProto(response_);
-    if (u.finish != FinishReason::kNone) finished_ = true;
+    const bool last = u.finish != FinishReason::kNone;
+    if (last) finished_ = true;
     state_->observer().OnUpdate(std::move(u));
-    StartRead(&response_);
+    if (last) {
+      StartRead(&response_);  // the status
+      return;
+    }
+    // Reads one message at a time and only when the observer is ready for it: a client that
+    // stops reading stops this stream being read, so HTTP/2 flow control fills and the router's
+    // bounded stream holds the sequence. response_, got_message_ and finished_ are touched only
+    // here and in OnDone: the read this starts is the only one outstanding, and OnDone comes
+    // after it.
+    state_->observer().WhenReady([this] { StartRead(&response_); });
   }
 
   void OnDone(const grpc::Status& status) override {

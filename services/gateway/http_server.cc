@@ -57,6 +57,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Writer::WhenFlushed: `fn` now when nothing of response `seq` is left to write, else once it
   // is written or the connection closes.
   void OnWhenFlushed(uint64_t seq, std::function<void()> fn);
+  // Writer::WhenWritable: `fn` now when response `seq` has at most stream_read_pause_bytes
+  // unsent, else once the writes bring it there or the connection closes.
+  void OnWhenWritable(uint64_t seq, std::function<void()> fn);
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
@@ -71,6 +74,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WatchForDisconnect(uint64_t seq);
   void Enqueue(std::string bytes);
   void RunFlushed();
+  void RunWritable();
+  // out_bytes_ += delta, and the server-wide moe_gateway_pending_write_bytes with it.
+  void AddOutBytes(int64_t delta);
   void DoWrite();
   void OnWritten(beast::error_code ec);
   void FinishResponse();
@@ -95,6 +101,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool response_complete_ = false;
   std::function<void()> on_flushed_;  // WhenFlushed's callback, waiting for the bytes to leave
+  // WhenWritable's callback (the backend's next read), waiting for out_bytes_ to fall to
+  // stream_read_pause_bytes. Strand-confined like every member: the gRPC thread that asked
+  // reaches it only through Writer's post.
+  std::function<void()> on_writable_;
   std::string client_;
   bool handed_over_ = false;  // the socket belongs to a WebSocket session now
 };
@@ -199,6 +209,11 @@ class Writer final : public ResponseWriter {
     // Runs fn even if the posted handler is dropped unrun (the server stopped): no slot leaks.
     auto once = std::make_shared<RunOnce>(std::move(fn));
     Post([seq = seq_, once](Connection& c) { c.OnWhenFlushed(seq, [once] { once->Run(); }); });
+  }
+  void WhenWritable(std::function<void()> fn) override {
+    // The same guarantee: a router stream paused here is always read on (and so can end).
+    auto once = std::make_shared<RunOnce>(std::move(fn));
+    Post([seq = seq_, once](Connection& c) { c.OnWhenWritable(seq, [once] { once->Run(); }); });
   }
 
  private:
@@ -326,6 +341,12 @@ class Server final : public HttpServer {
     metrics_.connections_open.Decrement();
   }
   void CountSlowClient() { metrics_.slow_clients_closed_total.Increment(); }
+  void CountReadPause() { metrics_.stream_read_pauses_total.Increment(); }
+  void AddPendingWriteBytes(int64_t delta) {
+    metrics_.pending_write_bytes.Increment(static_cast<double>(delta));
+  }
+  // Unsent bytes of a stream above which its backend stream is not read (HttpOptions).
+  int64_t stream_read_pause_bytes() const { return options_.EffectiveStreamReadPauseBytes(); }
   void CountResponse(int status) {
     metrics_.http_responses_total.Add({{"code", absl::StrCat(status)}}).Increment();
   }
@@ -424,7 +445,10 @@ Connection::Connection(tcp::socket socket, Server* server)
   if (!ec) client_ = peer.address().to_string();
 }
 
-Connection::~Connection() { server_->Unregister(this); }
+Connection::~Connection() {
+  if (out_bytes_ != 0) server_->AddPendingWriteBytes(-out_bytes_);
+  server_->Unregister(this);
+}
 
 void Connection::PostClose() {
   net::post(stream_.get_executor(), [self = shared_from_this()] { self->ClientGone(); });
@@ -658,9 +682,14 @@ void Connection::OnEnd(uint64_t seq) {
   Enqueue("0\r\n\r\n");
 }
 
+void Connection::AddOutBytes(int64_t delta) {
+  out_bytes_ += delta;
+  server_->AddPendingWriteBytes(delta);
+}
+
 void Connection::Enqueue(std::string bytes) {
   if (state_ == State::kClosed) return;
-  out_bytes_ += static_cast<int64_t>(bytes.size());
+  AddOutBytes(static_cast<int64_t>(bytes.size()));
   if (out_bytes_ > server_->options().max_pending_write_bytes) {
     // A client that does not read must not pin memory: drop it and cancel its generation.
     server_->CountSlowClient();
@@ -682,6 +711,27 @@ void Connection::OnWhenFlushed(uint64_t seq, std::function<void()> fn) {
     earlier();
   }
   on_flushed_ = std::move(fn);
+}
+
+void Connection::OnWhenWritable(uint64_t seq, std::function<void()> fn) {
+  if (seq != seq_ || state_ == State::kClosed || out_bytes_ <= server_->stream_read_pause_bytes()) {
+    fn();
+    return;
+  }
+  // The client is behind: the backend's stream is not read until the writes catch up.
+  server_->CountReadPause();
+  if (on_writable_) {
+    std::function<void()> earlier = std::move(on_writable_);
+    earlier();
+  }
+  on_writable_ = std::move(fn);
+}
+
+void Connection::RunWritable() {
+  if (!on_writable_) return;
+  std::function<void()> fn = std::move(on_writable_);
+  on_writable_ = nullptr;
+  fn();
 }
 
 void Connection::RunFlushed() {
@@ -716,9 +766,10 @@ void Connection::OnWritten(beast::error_code ec) {
     ClientGone();
     return;
   }
-  out_bytes_ -= static_cast<int64_t>(out_.front().size());
+  AddOutBytes(-static_cast<int64_t>(out_.front().size()));
   out_.pop_front();
   if (state_ == State::kHandling || state_ == State::kStreaming) stream_.expires_never();
+  if (out_bytes_ <= server_->stream_read_pause_bytes()) RunWritable();
   if (!out_.empty()) {
     DoWrite();
     return;
@@ -754,8 +805,9 @@ void Connection::Close() {
   if (state_ == State::kClosed || handed_over_) return;
   state_ = State::kClosed;
   out_.clear();
-  out_bytes_ = 0;
+  AddOutBytes(-out_bytes_);
   RunFlushed();
+  RunWritable();
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();

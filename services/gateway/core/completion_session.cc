@@ -157,6 +157,20 @@ void CompletionSession::OnFailed(absl::Status status) {
   FailLocked(status);
 }
 
+void CompletionSession::WhenReady(std::function<void()> more) {
+  bool wait;
+  {
+    absl::MutexLock lock(&mu_);
+    wait = params_.stream && stream_started_ && !finished_ && !client_gone_;
+  }
+  // Outside mu_: the writer may run `more` at once, and `more` reads the next message.
+  if (wait) {
+    writer_->WhenWritable(std::move(more));
+  } else {
+    more();
+  }
+}
+
 void CompletionSession::EnsureStreamStartedLocked() {
   if (stream_started_) return;
   stream_started_ = true;

@@ -74,6 +74,10 @@ class CompletionSession final : public GenerateObserver,
   // GenerateObserver
   void OnUpdate(GenerateUpdate update) override;
   void OnFailed(absl::Status status) override;
+  // A stream asks for the router's next message once the client's socket has drained below
+  // http.stream_read_pause_bytes (ResponseWriter::WhenWritable); a non-stream request, a finished
+  // or cancelled one, at once.
+  void WhenReady(std::function<void()> more) override;
 
  private:
   RenderedLogprob RenderLogprob(int32_t token_id, const TokenLogprobs& lp) const;

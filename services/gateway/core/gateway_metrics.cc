@@ -34,6 +34,11 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r, const std::string& model)
       slow_clients_closed_total(r.AddCounter(
           "moe_gateway_slow_clients_closed_total",
           "Connections closed because the client stopped reading (write bound or timeout).")),
+      stream_read_pauses_total(
+          r.AddCounter("moe_gateway_stream_read_pauses_total",
+                       "Router stream reads paused while the client was behind (back-pressure).")),
+      pending_write_bytes(r.AddGauge("moe_gateway_pending_write_bytes",
+                                     "Response bytes queued in the gateway, not yet sent.")),
       connections_open(r.AddGauge("moe_gateway_connections_open", "Open HTTP connections.")),
       model_(model) {}
 

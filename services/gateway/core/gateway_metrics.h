@@ -32,6 +32,11 @@ struct GatewayMetrics {
   // Connections cut off because the client stopped reading (http.max_pending_write_bytes or
   // http.write_timeout).
   common::metrics::Counter& slow_clients_closed_total;
+  // Back-pressure: times a router stream's reads were paused because its client was more than
+  // http.stream_read_pause_bytes behind, and the response bytes queued in the gateway, unsent,
+  // over every connection.
+  common::metrics::Counter& stream_read_pauses_total;
+  common::metrics::Gauge& pending_write_bytes;
   common::metrics::Gauge& connections_open;
 
  private:

@@ -37,6 +37,20 @@ void HttpOptions::Describe(config::Schema<HttpOptions>& s) {
   s.Add("write_timeout", &HttpOptions::write_timeout,
         "a write that makes no progress this long closes the connection")
       .Min(absl::Milliseconds(1));
+  s.Add("stream_read_pause_bytes", &HttpOptions::stream_read_pause_bytes,
+        "unsent stream bytes above which the router stream is not read (back-pressure); "
+        "0 = max_pending_write_bytes / 2")
+      .Range(0, int64_t{1} << 30);
+}
+
+absl::Status HttpOptions::Validate() const {
+  if (absl::Status s = config::CheckFields(*this); !s.ok()) return s;
+  if (stream_read_pause_bytes >= max_pending_write_bytes) {
+    return absl::InvalidArgumentError(
+        "http.stream_read_pause_bytes must be less than http.max_pending_write_bytes (the reads "
+        "pause before the connection is cut)");
+  }
+  return absl::OkStatus();
 }
 
 void LimitOptions::Describe(config::Schema<LimitOptions>& s) {

@@ -35,12 +35,21 @@ struct HttpOptions {
   // cancelled (the in-flight slot and the router's stream are freed).
   int64_t max_pending_write_bytes = 4 << 20;
   absl::Duration write_timeout = absl::Seconds(30);
+  // Back-pressure before that cut: while more than this many bytes of a stream are unsent, the
+  // gateway stops reading its router stream (so the router stops decoding it, its
+  // stream_capacity full) and reads on once the client has caught up. 0 = half of
+  // max_pending_write_bytes; otherwise less than it.
+  int64_t stream_read_pause_bytes = 0;
   // Retry-After of the 503 past max_connections: not a config key, the gateway copies
   // limits.retry_after_s here (GatewayOptions::Validate's caller, main.cc).
   int32_t retry_after_s = 1;
 
   static void Describe(common::config::Schema<HttpOptions>& s);
-  absl::Status Validate() const { return common::config::CheckFields(*this); }
+  absl::Status Validate() const;
+  // stream_read_pause_bytes, or its default.
+  int64_t EffectiveStreamReadPauseBytes() const {
+    return stream_read_pause_bytes > 0 ? stream_read_pause_bytes : max_pending_write_bytes / 2;
+  }
 };
 
 // Load limits (503 / 429) and the sizes a client controls in a request body: past one of these a
@@ -94,8 +103,10 @@ struct RoutingOptions {
   absl::Duration connect_timeout = absl::Seconds(2);
   int32_t max_attempts = 3;  // routers tried before the first token
   // How the gateway dials the routers: TLS / mTLS (the gateway's client certificate) or a
-  // token file (common/grpc/auth.h).
-  common::rpc::ChannelOptions channel;
+  // token file (common/grpc/auth.h). A small HTTP/2 window (stream_window_bytes, 16 KiB: a few
+  // hundred tokens, far more than a stream's rate needs per round trip) so that a paused stream
+  // (a client behind: http.stream_read_pause_bytes) stops the router decoding it soon.
+  common::rpc::ChannelOptions channel{.stream_window_bytes = 16 << 10};
 
   static void Describe(common::config::Schema<RoutingOptions>& s);
   absl::Status Validate() const { return common::config::CheckFields(*this); }

@@ -69,6 +69,13 @@ class GenerateObserver {
   virtual ~GenerateObserver() = default;
   virtual void OnUpdate(GenerateUpdate update) = 0;
   virtual void OnFailed(absl::Status status) = 0;
+  // Flow control (back-pressure to the router): after an OnUpdate() that is not the last, a
+  // backend that honours it reads the stream's next message only once `more` has run. Run it
+  // exactly once, from any thread, possibly from inside this call (the default: at once). While
+  // it has not run the router's stream is not read, so the router's bounded stream fills and it
+  // stops decoding the sequence (services/router: stream_capacity). Cancel() still works then;
+  // the final callback comes after `more` has run.
+  virtual void WhenReady(std::function<void()> more) { more(); }
 };
 
 // A running generation.

@@ -59,6 +59,12 @@ class ResponseWriter {
   // the connection is gone: a client that reads slowly holds what `fn` releases (the in-flight
   // slot) until then. Call it after Send() or End(). The default runs it at once.
   virtual void WhenFlushed(std::function<void()> fn) { fn(); }
+  // Flow control for a stream: runs `fn` once (any thread) when the response's unsent bytes are
+  // at most http.stream_read_pause_bytes (at once when they already are), or when the
+  // connection is gone. Takes effect after the Write()s made before it. A session calls it
+  // before asking its backend for more, so that a client that stops reading stops the router
+  // stream being read instead of filling the gateway's buffer. The default runs it at once.
+  virtual void WhenWritable(std::function<void()> fn) { fn(); }
 };
 
 // Returned by the core for a request still in progress: the server calls it (once, any thread)

@@ -54,6 +54,8 @@ class RequestIdWriter final : public ResponseWriter {
   }
   // Forwarded: the slot a session holds is released when the socket's bytes drain.
   void WhenFlushed(std::function<void()> fn) override { inner_->WhenFlushed(std::move(fn)); }
+  // Forwarded: a stream's backend reads pause while the socket is behind.
+  void WhenWritable(std::function<void()> fn) override { inner_->WhenWritable(std::move(fn)); }
 
  private:
   void Log(int status) const {
