@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/base/file.h"
 #include "common/model/checkpoint.h"
@@ -13,6 +14,7 @@
 #include "common/tensor/dtype.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
+#include "nlohmann/json.hpp"
 
 namespace moe::model::gguf {
 namespace {
@@ -22,6 +24,13 @@ using common::DType;
 using common::testing::StatusIs;
 
 std::string ReadAll(const std::string& path) { return common::ReadFile(path).value(); }
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  return out ? absl::OkStatus() : absl::InternalError("cannot write " + path);
+}
 
 uint64_t Fnv1a(const uint8_t* p, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -43,7 +52,7 @@ TEST_F(GgufExportTest, ExportsTinyMixtralAsLlamaWithExperts) {
   const std::string model = dir_ + "/tiny";
   ASSERT_TRUE(MakeModel(o, model).ok());
   const std::string out = dir_ + "/tiny.gguf";
-  auto stats = ExportGgufLlama(model, out);
+  auto stats = ExportGguf(model, out);
   ASSERT_TRUE(stats.ok()) << stats.status();
 
   auto ckpt = Checkpoint::Open(model);
@@ -109,6 +118,226 @@ TEST_F(GgufExportTest, ExportsTinyMixtralAsLlamaWithExperts) {
   std::memcpy(&f0, bytes.data() + info->data_offset + by_name.at("blk.0.attn_norm.weight").offset,
               4);
   EXPECT_EQ(f0, common::Bf16ToF32(static_cast<const uint16_t*>(n0.data)[0]));
+}
+
+// name -> "TYPE ne0,ne1,..." for the tensors of a file.
+std::map<std::string, std::string> TensorTable(const FileInfo& info) {
+  std::map<std::string, std::string> t;
+  for (const TensorEntry& e : info.tensors) {
+    std::string s = e.type == GgmlType::kF32 ? "F32" : e.type == GgmlType::kBF16 ? "BF16" : "F16";
+    for (size_t i = 0; i < e.ne.size(); ++i) s += (i == 0 ? " " : ",") + std::to_string(e.ne[i]);
+    t[e.name] = s;
+  }
+  return t;
+}
+
+// The tensors of layer 0 and the globals, as a sorted "name TYPE ne" list (one per line).
+std::string Layer0(const FileInfo& info) {
+  std::string out;
+  for (const auto& [name, desc] : TensorTable(info)) {
+    if (name.rfind("blk.", 0) == 0 && name.rfind("blk.0.", 0) != 0) continue;
+    out += name + " " + desc + "\n";
+  }
+  return out;
+}
+
+class GgufExportArchTest : public GgufExportTest {
+ protected:
+  // Makes a tiny bf16 checkpoint of `arch` and exports it; returns the header read back.
+  FileInfo Export(Arch arch, int64_t kv_heads = 0) {
+    MakeModelOptions o;
+    o.preset = Preset::kTiny;
+    o.arch = arch;
+    o.dtype = DType::kBF16;
+    o.kv_heads = kv_heads;
+    model_ = dir_ + "/" + std::string(ModelTypeName(arch));
+    EXPECT_TRUE(MakeModel(o, model_).ok());
+    out_ = model_ + ".gguf";
+    auto stats = ExportGguf(model_, out_);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    auto info = ReadGgufHeader(out_);
+    EXPECT_TRUE(info.ok()) << info.status();
+    return info.ok() ? *info : FileInfo{};
+  }
+  // The bytes of tensor `name` in the exported file.
+  std::string TensorBytes(const FileInfo& info, const std::string& name) {
+    for (const TensorEntry& t : info.tensors) {
+      if (t.name == name) {
+        return ReadAll(out_).substr(info.data_offset + t.offset, static_cast<size_t>(t.nbytes()));
+      }
+    }
+    return "";
+  }
+  std::string model_, out_;
+};
+
+TEST_F(GgufExportArchTest, Qwen2MoeHasBiasesAndTheSharedExpert) {
+  const FileInfo info = Export(Arch::kQwen2Moe);
+  const auto& md = info.metadata;
+  EXPECT_EQ(md.at("general.architecture").s(), "qwen2moe");
+  EXPECT_EQ(md.at("qwen2moe.expert_feed_forward_length").u(), 128u);
+  EXPECT_EQ(md.at("qwen2moe.expert_shared_feed_forward_length").u(), 256u);
+  EXPECT_EQ(md.at("qwen2moe.feed_forward_length").u(), 128u);
+  EXPECT_EQ(md.at("qwen2moe.expert_count").u(), 8u);
+  EXPECT_EQ(md.at("qwen2moe.expert_used_count").u(), 2u);
+  EXPECT_EQ(md.at("qwen2moe.attention.head_count_kv").u(), 2u);
+  EXPECT_FLOAT_EQ(md.at("qwen2moe.attention.layer_norm_rms_epsilon").f(), 1e-6f);
+  EXPECT_EQ(md.count("llama.block_count"), 0u);
+  // The preset tokenizer is SentencePiece-style whatever the arch.
+  EXPECT_EQ(md.at("tokenizer.ggml.model").s(), "llama");
+  EXPECT_EQ(Layer0(info),
+            "blk.0.attn_k.bias F32 32\n"
+            "blk.0.attn_k.weight BF16 64,32\n"
+            "blk.0.attn_norm.weight F32 64\n"
+            "blk.0.attn_output.weight BF16 64,64\n"
+            "blk.0.attn_q.bias F32 64\n"
+            "blk.0.attn_q.weight BF16 64,64\n"
+            "blk.0.attn_v.bias F32 32\n"
+            "blk.0.attn_v.weight BF16 64,32\n"
+            "blk.0.ffn_down_exps.weight BF16 128,64,8\n"
+            "blk.0.ffn_down_shexp.weight BF16 256,64\n"
+            "blk.0.ffn_gate_exps.weight BF16 64,128,8\n"
+            "blk.0.ffn_gate_inp.weight F32 64,8\n"
+            "blk.0.ffn_gate_inp_shexp.weight F32 64\n"
+            "blk.0.ffn_gate_shexp.weight BF16 64,256\n"
+            "blk.0.ffn_norm.weight F32 64\n"
+            "blk.0.ffn_up_exps.weight BF16 64,128,8\n"
+            "blk.0.ffn_up_shexp.weight BF16 64,256\n"
+            "output.weight BF16 64,512\n"
+            "output_norm.weight F32 64\n"
+            "token_embd.weight BF16 64,512\n");
+  EXPECT_EQ(info.tensors.size(), 3u + 17u * 2u);
+  // NEOX rotary like HF: q rows are stored unpermuted.
+  auto ckpt = Checkpoint::Open(model_);
+  ASSERT_TRUE(ckpt.ok());
+  const WeightView q = (*ckpt)->weights().layers[1].q_proj;
+  EXPECT_EQ(TensorBytes(info, "blk.1.attn_q.weight"),
+            std::string(static_cast<const char*>(q.data), q.rows * q.cols * 2));
+}
+
+TEST_F(GgufExportArchTest, Qwen3MoeHasPerHeadQkNorms) {
+  const FileInfo info = Export(Arch::kQwen3Moe);
+  const auto& md = info.metadata;
+  EXPECT_EQ(md.at("general.architecture").s(), "qwen3moe");
+  EXPECT_EQ(md.at("qwen3moe.expert_feed_forward_length").u(), 128u);
+  EXPECT_EQ(md.count("qwen3moe.expert_shared_feed_forward_length"), 0u);
+  EXPECT_EQ(md.at("qwen3moe.attention.key_length").u(), 16u);
+  EXPECT_EQ(Layer0(info),
+            "blk.0.attn_k.weight BF16 64,32\n"
+            "blk.0.attn_k_norm.weight F32 16\n"
+            "blk.0.attn_norm.weight F32 64\n"
+            "blk.0.attn_output.weight BF16 64,64\n"
+            "blk.0.attn_q.weight BF16 64,64\n"
+            "blk.0.attn_q_norm.weight F32 16\n"
+            "blk.0.attn_v.weight BF16 64,32\n"
+            "blk.0.ffn_down_exps.weight BF16 128,64,8\n"
+            "blk.0.ffn_gate_exps.weight BF16 64,128,8\n"
+            "blk.0.ffn_gate_inp.weight F32 64,8\n"
+            "blk.0.ffn_norm.weight F32 64\n"
+            "blk.0.ffn_up_exps.weight BF16 64,128,8\n"
+            "output.weight BF16 64,512\n"
+            "output_norm.weight F32 64\n"
+            "token_embd.weight BF16 64,512\n");
+  // The q norm widened exactly.
+  auto ckpt = Checkpoint::Open(model_);
+  ASSERT_TRUE(ckpt.ok());
+  const WeightView n = (*ckpt)->weights().layers[0].q_norm;
+  const std::string got = TensorBytes(info, "blk.0.attn_q_norm.weight");
+  ASSERT_EQ(got.size(), 16u * 4);
+  for (int i = 0; i < 16; ++i) {
+    float f = 0;
+    std::memcpy(&f, got.data() + 4 * i, 4);
+    EXPECT_EQ(f, common::Bf16ToF32(static_cast<const uint16_t*>(n.data)[i])) << i;
+  }
+}
+
+TEST_F(GgufExportArchTest, OlmoeHasQkNormsOverTheProjection) {
+  const FileInfo info = Export(Arch::kOlmoe, /*kv_heads=*/4);
+  const auto& md = info.metadata;
+  EXPECT_EQ(md.at("general.architecture").s(), "olmoe");
+  EXPECT_EQ(md.at("olmoe.feed_forward_length").u(), 128u);
+  EXPECT_FLOAT_EQ(md.at("olmoe.attention.layer_norm_rms_epsilon").f(), 1e-5f);
+  EXPECT_EQ(md.at("tokenizer.ggml.padding_token_id").u(), 0u);
+  EXPECT_EQ(Layer0(info),
+            "blk.0.attn_k.weight BF16 64,64\n"
+            "blk.0.attn_k_norm.weight F32 64\n"
+            "blk.0.attn_norm.weight F32 64\n"
+            "blk.0.attn_output.weight BF16 64,64\n"
+            "blk.0.attn_q.weight BF16 64,64\n"
+            "blk.0.attn_q_norm.weight F32 64\n"
+            "blk.0.attn_v.weight BF16 64,64\n"
+            "blk.0.ffn_down_exps.weight BF16 128,64,8\n"
+            "blk.0.ffn_gate_exps.weight BF16 64,128,8\n"
+            "blk.0.ffn_gate_inp.weight F32 64,8\n"
+            "blk.0.ffn_norm.weight F32 64\n"
+            "blk.0.ffn_up_exps.weight BF16 64,128,8\n"
+            "output.weight BF16 64,512\n"
+            "output_norm.weight F32 64\n"
+            "token_embd.weight BF16 64,512\n");
+}
+
+TEST_F(GgufExportArchTest, RefusesWhatTheLlamaCppGraphCannotRun) {
+  // OLMoE with grouped-query attention: llama.cpp's olmoe k_norm is [n_embd].
+  MakeModelOptions o;
+  o.preset = Preset::kTiny;
+  o.arch = Arch::kOlmoe;
+  const std::string olmoe = dir_ + "/olmoe-gqa";
+  ASSERT_TRUE(MakeModel(o, olmoe).ok());
+  EXPECT_THAT(ExportGguf(olmoe, dir_ + "/x.gguf").status(),
+              StatusIs(absl::StatusCode::kUnimplemented, ::testing::HasSubstr("grouped-query")));
+  // Qwen2-MoE with renormalised top-k weights: its graph never renormalises.
+  o.arch = Arch::kQwen2Moe;
+  const std::string qwen2 = dir_ + "/qwen2-norm";
+  ASSERT_TRUE(MakeModel(o, qwen2).ok());
+  std::string config = ReadAll(qwen2 + "/config.json");
+  const std::string from = "\"norm_topk_prob\": false";
+  ASSERT_NE(config.find(from), std::string::npos);
+  config.replace(config.find(from), from.size(), "\"norm_topk_prob\": true");
+  ASSERT_TRUE(WriteText(qwen2 + "/config.json", config).ok());
+  EXPECT_THAT(ExportGguf(qwen2, dir_ + "/x.gguf").status(),
+              StatusIs(absl::StatusCode::kUnimplemented, ::testing::HasSubstr("norm_topk_prob")));
+}
+
+TEST_F(GgufExportArchTest, ByteLevelBpeBecomesGpt2WithMerges) {
+  MakeModelOptions o;
+  o.preset = Preset::kTiny;
+  o.arch = Arch::kQwen3Moe;
+  const std::string model = dir_ + "/qwen3-bytelevel";
+  ASSERT_TRUE(MakeModel(o, model).ok());
+  // A byte-level BPE as Qwen ships it; merges as pairs (newer tokenizers) or "left right".
+  const nlohmann::json tok = {
+      {"added_tokens",
+       {{{"id", 3}, {"content", "<|endoftext|>"}, {"special", true}},
+        {{"id", 4}, {"content", "<tool>"}, {"special", false}}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}}},
+      {"model",
+       {{"type", "BPE"},
+        {"byte_fallback", false},
+        {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}},
+        {"merges", nlohmann::json::array({nlohmann::json::array({"a", "b"}), "ab ab"})}}}};
+  ASSERT_TRUE(WriteText(model + "/tokenizer.json", tok.dump()).ok());
+  const std::string out = dir_ + "/qwen3-bytelevel.gguf";
+  ASSERT_TRUE(ExportGguf(model, out).ok());
+  auto info = ReadGgufHeader(out);
+  ASSERT_TRUE(info.ok()) << info.status();
+  const auto& md = info->metadata;
+  EXPECT_EQ(md.at("tokenizer.ggml.model").s(), "gpt2");
+  EXPECT_EQ(md.at("tokenizer.ggml.pre").s(), "qwen2");
+  ASSERT_EQ(md.at("tokenizer.ggml.merges").array.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(md.at("tokenizer.ggml.merges").array[0]), "a b");
+  EXPECT_EQ(std::get<std::string>(md.at("tokenizer.ggml.merges").array[1]), "ab ab");
+  EXPECT_EQ(md.count("tokenizer.ggml.scores"), 0u);
+  const auto& tokens = md.at("tokenizer.ggml.tokens").array;
+  ASSERT_EQ(tokens.size(), 512u);
+  EXPECT_EQ(std::get<std::string>(tokens[2]), "ab");
+  EXPECT_EQ(std::get<std::string>(tokens[3]), "<|endoftext|>");
+  EXPECT_EQ(std::get<std::string>(tokens[5]), "[PAD5]");
+  const auto& types = md.at("tokenizer.ggml.token_type").array;
+  EXPECT_EQ(std::get<int64_t>(types[0]), 1);  // normal
+  EXPECT_EQ(std::get<int64_t>(types[3]), 3);  // control
+  EXPECT_EQ(std::get<int64_t>(types[4]), 4);  // user-defined
+  EXPECT_EQ(std::get<int64_t>(types[5]), 5);  // unused
+  EXPECT_FALSE(std::get<bool>(md.at("tokenizer.ggml.add_bos_token").scalar));
 }
 
 }  // namespace

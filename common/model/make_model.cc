@@ -247,6 +247,7 @@ absl::Status MakeModelOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("gate skew must be in [0, 8], got ", gate_skew));
   }
   if (max_shard_bytes <= 0) return absl::InvalidArgumentError("max_shard_bytes must be > 0");
+  if (kv_heads < 0) return absl::InvalidArgumentError("kv_heads must be >= 0");
   return absl::OkStatus();
 }
 
@@ -304,6 +305,12 @@ ModelConfig PresetConfig(Preset preset, Arch arch, DType dtype) {
       c.pad_token_id = 0;
       break;
   }
+  return c;
+}
+
+ModelConfig PresetConfig(const MakeModelOptions& options) {
+  ModelConfig c = PresetConfig(options.preset, options.arch, options.dtype);
+  if (options.kv_heads > 0) c.num_key_value_heads = options.kv_heads;
   return c;
 }
 
@@ -404,7 +411,7 @@ std::vector<int64_t> GateSkewRanks(const MakeModelOptions& options, int64_t laye
 
 absl::Status MakeModel(const MakeModelOptions& options, const std::string& out_dir) {
   RETURN_IF_ERROR(options.Validate());
-  const ModelConfig config = PresetConfig(options.preset, options.arch, options.dtype);
+  const ModelConfig config = PresetConfig(options);
   RETURN_IF_ERROR(config.Validate());
   std::error_code ec;
   fs::create_directories(out_dir, ec);

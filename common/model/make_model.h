@@ -42,6 +42,9 @@ struct MakeModelOptions {
   common::DType dtype = common::DType::kF32;
   double gate_skew = 0;  // Zipf exponent S; 0 = unbiased gates
   uint64_t seed = 0;
+  // num_key_value_heads; 0 = the preset's (2 tiny/small, 4 bench). Equal to the preset's 4 (tiny)
+  // heads gives an OLMoE that llama.cpp's olmoe graph can run (its k_norm is [n_embd]: no GQA).
+  int64_t kv_heads = 0;
   // Shard past this many bytes of tensor data per file (HF's default max_shard_size, 5 GB).
   int64_t max_shard_bytes = 5'000'000'000;
   // Called as tensor data is written: (bytes done, bytes total). May be empty.
@@ -56,6 +59,8 @@ inline constexpr float kSkewChannelValue = 4.0f;
 // The ModelConfig of a preset (sizes of DESIGN.md §6; 8 experts, top-2; Qwen2-MoE with a shared
 // expert of 2 x intermediate and qkv bias; Qwen3-MoE/OLMoE with q/k norms).
 ModelConfig PresetConfig(Preset preset, Arch arch, common::DType dtype);
+// The preset's config with the options' overrides (kv_heads).
+ModelConfig PresetConfig(const MakeModelOptions& options);
 
 // config.json text for `config`: every field of the HF configuration class of its architecture
 // with its value, sorted keys, indent 2, as transformers' save_pretrained writes it.

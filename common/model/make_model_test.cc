@@ -252,10 +252,24 @@ TEST_F(MakeModelTest, GateSkewReservesAConstantChannel) {
   EXPECT_NE(GateSkewRanks(o, 0), GateSkewRanks(o, 1));
 }
 
+TEST_F(MakeModelTest, KvHeadsOverridesThePreset) {
+  MakeModelOptions o;
+  o.arch = Arch::kOlmoe;
+  o.kv_heads = 4;
+  ASSERT_OK(MakeModel(o, dir_));
+  ASSERT_OK_AND_ASSIGN(auto ck, Checkpoint::Open(dir_));
+  EXPECT_EQ(ck->config().num_key_value_heads, 4);
+  EXPECT_EQ(ck->weights().layers[0].k_proj.rows, 64);
+  EXPECT_EQ(ck->weights().layers[0].k_norm.cols, 64);
+}
+
 TEST_F(MakeModelTest, RejectsBadOptions) {
   EXPECT_THAT(ParsePreset("huge"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("huge")));
   MakeModelOptions o;
   o.gate_skew = -1;
+  EXPECT_THAT(MakeModel(o, dir_), StatusIs(absl::StatusCode::kInvalidArgument));
+  o.gate_skew = 0;
+  o.kv_heads = 3;  // does not divide the 4 heads
   EXPECT_THAT(MakeModel(o, dir_), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

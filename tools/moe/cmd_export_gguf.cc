@@ -1,6 +1,7 @@
-// `moe export-gguf`: converts a Mixtral checkpoint directory to a GGUF file for llama.cpp (its
-// "llama" architecture with experts; see common/model/gguf_export.h), for side-by-side benchmarks
-// on the same weights (bench/llamacpp).
+// `moe export-gguf`: converts a checkpoint directory (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) to a
+// GGUF file for llama.cpp (its llama, qwen2moe, qwen3moe, olmoe architectures; see
+// common/model/gguf_export.h), for side-by-side benchmarks on the same weights (bench/llamacpp)
+// and the llama.cpp logits oracle (tests/llamacpp).
 //
 //   moe export-gguf --model DIR --out FILE.gguf
 //
@@ -40,7 +41,7 @@ int RunExportGguf(const Args& /*unused*/, const std::vector<std::string>& argv) 
   }
   const std::string out = *args.Get("out");
   const auto start = std::chrono::steady_clock::now();
-  auto stats = model::gguf::ExportGgufLlama(*args.Get("model"), out);
+  auto stats = model::gguf::ExportGguf(*args.Get("model"), out);
   if (!stats.ok()) {
     std::fprintf(stderr, "moe export-gguf: %s\n", std::string(stats.status().message()).c_str());
     return kFailure;
@@ -55,7 +56,6 @@ int RunExportGguf(const Args& /*unused*/, const std::vector<std::string>& argv) 
 
 }  // namespace
 
-MOE_REGISTER_COMMAND("export-gguf", "converts a Mixtral checkpoint to GGUF for llama.cpp",
-                     RunExportGguf);
+MOE_REGISTER_COMMAND("export-gguf", "converts a checkpoint to GGUF for llama.cpp", RunExportGguf);
 
 }  // namespace moe::cli

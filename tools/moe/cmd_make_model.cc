@@ -2,7 +2,9 @@
 //
 //   moe make-model --preset tiny|small|bench --arch mixtral|qwen2_moe|qwen3_moe|olmoe
 //                  --dtype f32|bf16|f16 [--gate-skew zipf:S] [--seed N] --out DIR
-//                  [--max-shard-bytes N] [--progress]
+//                  [--max-shard-bytes N] [--kv-heads N] [--progress]
+//
+// --kv-heads N overrides the preset's num_key_value_heads (it must divide the heads).
 //
 // Same flags -> byte-identical files. A progress bar goes to stderr for large models (or with
 // --progress); one JSON line on stdout describes what was written:
@@ -29,7 +31,7 @@ constexpr int kFailure = 1;
 constexpr char kUsageText[] =
     "usage: moe make-model --preset tiny|small|bench --arch mixtral|qwen2_moe|qwen3_moe|olmoe\n"
     "                      --dtype f32|bf16|f16 [--gate-skew zipf:S] [--seed N] --out DIR\n"
-    "                      [--max-shard-bytes N] [--progress]\n";
+    "                      [--max-shard-bytes N] [--kv-heads N] [--progress]\n";
 
 absl::StatusOr<common::DType> ParseDtype(const std::string& s) {
   if (s == "f32" || s == "float32") return common::DType::kF32;
@@ -84,7 +86,7 @@ int RunMakeModel(const Args& /*unused*/, const std::vector<std::string>& argv) {
     return kUsage;
   };
   if (absl::Status s = args.CheckKnown({"preset", "arch", "dtype", "gate-skew", "seed", "out",
-                                        "max-shard-bytes", "progress", "help"});
+                                        "max-shard-bytes", "kv-heads", "progress", "help"});
       !s.ok()) {
     return usage_error(s);
   }
@@ -114,9 +116,13 @@ int RunMakeModel(const Args& /*unused*/, const std::vector<std::string>& argv) {
   auto shard = args.GetInt("max-shard-bytes", o.max_shard_bytes);
   if (!shard.ok()) return usage_error(shard.status());
   o.max_shard_bytes = *shard;
+  auto kv_heads = args.GetInt("kv-heads", 0);
+  if (!kv_heads.ok()) return usage_error(kv_heads.status());
+  o.kv_heads = *kv_heads;
   if (absl::Status s = o.Validate(); !s.ok()) return usage_error(s);
 
-  const model::ModelConfig config = model::PresetConfig(o.preset, o.arch, o.dtype);
+  const model::ModelConfig config = model::PresetConfig(o);
+  if (absl::Status s = config.Validate(); !s.ok()) return usage_error(s);
   int64_t params = 0;
   for (const model::TensorSlot& slot : model::CheckpointTensors(config)) {
     int64_t n = 1;
