@@ -56,7 +56,10 @@ struct ThreadPool::Impl {
   std::atomic<uint32_t> caller_sleeping{0};
   alignas(64) std::atomic<uint64_t> ticket{0};
   alignas(64) std::atomic<uint32_t> done{0};
-  alignas(64) bool stop = false;
+  // Atomic: a worker reads it on every generation, and a dynamic job's caller does not wait for
+  // the workers that claimed nothing, so no join orders their last read before ~ThreadPool's write
+  // (TSan's report). Relaxed suffices: Publish's seq_cst store of generation carries it.
+  alignas(64) std::atomic<bool> stop{false};
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int64_t chunk = 0;  // range size (a multiple of grain)
@@ -113,7 +116,7 @@ struct ThreadPool::Impl {
         sleeping_workers.fetch_sub(1, std::memory_order_relaxed);
       }
       seen = g;
-      if (stop) return;
+      if (stop.load(std::memory_order_relaxed)) return;
       if (g & 1u) {
         RunDynamicChunks();
         continue;
@@ -161,7 +164,7 @@ ThreadPool::ThreadPool(int num_threads, int spin_iterations) : impl_(new Impl) {
 
 ThreadPool::~ThreadPool() {
   if (!impl_->workers.empty()) {
-    impl_->stop = true;
+    impl_->stop.store(true, std::memory_order_relaxed);
     impl_->Publish(/*dynamic=*/false);
     for (std::thread& t : impl_->workers) t.join();
   }
