@@ -44,14 +44,7 @@ struct Server {
         Gateway::Create(options, ModelInfo{"tiny", 512, 0},
                         GatewayDeps{*tokenizer, backend, moe::common::SystemClock::Get(), registry})
             .value();
-    Gateway* core = gateway.get();
-    http = HttpServer::Start(
-               options.http,
-               [core](HttpRequest r, std::shared_ptr<ResponseWriter> w) {
-                 return core->Handle(std::move(r), std::move(w));
-               },
-               core->metrics())
-               .value();
+    http = ServeGateway(options.http, *gateway).value();
     port = http->port();
   }
 };

@@ -83,12 +83,7 @@ absl::Status Run(int argc, char** argv) {
       gateway::GatewayDeps{**tokenizer, backend, common::SystemClock::Get(), registry});
   if (!gw.ok()) return gw.status();
   gateway::Gateway* core = gw->get();
-  auto server = gateway::HttpServer::Start(
-      options.http,
-      [core](gateway::HttpRequest request, std::shared_ptr<gateway::ResponseWriter> writer) {
-        return core->Handle(std::move(request), std::move(writer));
-      },
-      core->metrics());
+  auto server = gateway::ServeGateway(options.http, *core);
   if (!server.ok()) return server.status();
   common::PrintListeningLine({.http = (*server)->port()});
   MOE_LOG_INFO("fake gateway: serving {} on http://{}:{}, {} between tokens", model->id,

@@ -25,6 +25,7 @@
 #include "boost/beast/websocket.hpp"
 #include "common/base/log.h"
 #include "services/gateway/core/api_error.h"
+#include "services/gateway/core/gateway.h"
 #include "services/gateway/core/gateway_metrics.h"
 #include "services/gateway/core/request_id.h"
 
@@ -186,8 +187,10 @@ class RunOnce {
 
 class Writer final : public ResponseWriter {
  public:
-  Writer(std::weak_ptr<Connection> conn, net::any_io_executor ex, uint64_t seq)
-      : conn_(std::move(conn)), ex_(std::move(ex)), seq_(seq) {}
+  // Holds no executor: a writer can outlive the server's io_context (a handler thread still
+  // holding it at shutdown), and destroying an any_io_executor after its context is UB (UBSan
+  // saw it). Only a live connection, whose executor is alive with it, is posted to.
+  Writer(std::weak_ptr<Connection> conn, uint64_t seq) : conn_(std::move(conn)), seq_(seq) {}
   void Send(HttpResponse response) override {
     Post([seq = seq_, r = std::move(response)](Connection& c) mutable {
       c.OnSend(seq, std::move(r));
@@ -221,10 +224,10 @@ class Writer final : public ResponseWriter {
   void Post(F f) {
     std::shared_ptr<Connection> conn = conn_.lock();
     if (!conn) return;
-    net::post(ex_, [conn = std::move(conn), f = std::move(f)]() mutable { f(*conn); });
+    net::any_io_executor ex = conn->executor();
+    net::post(ex, [conn = std::move(conn), f = std::move(f)]() mutable { f(*conn); });
   }
   const std::weak_ptr<Connection> conn_;
-  const net::any_io_executor ex_;
   const uint64_t seq_;
 };
 
@@ -567,7 +570,7 @@ void Connection::OnRead(beast::error_code ec) {
   response_complete_ = false;
   stream_.expires_never();
   WatchForDisconnect(seq_);
-  auto writer = std::make_shared<Writer>(weak_from_this(), stream_.get_executor(), seq_);
+  auto writer = std::make_shared<Writer>(weak_from_this(), seq_);
   cancel_ = server_->handler()(std::move(request), std::move(writer));
 }
 
@@ -973,6 +976,20 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   if (absl::Status s = server->Bind(); !s.ok()) return s;
   server->Run();
   return std::unique_ptr<HttpServer>(std::move(server));
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> ServeGateway(const HttpOptions& options,
+                                                         Gateway& gateway) {
+  Gateway* core = &gateway;
+  return HttpServer::Start(
+      options,
+      [core](HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
+        return core->Handle(std::move(request), std::move(writer));
+      },
+      [core](const HttpRequest& request, std::shared_ptr<WebSocketWriter> writer) {
+        return core->Upgrade(request, std::move(writer));
+      },
+      core->metrics());
 }
 
 }  // namespace moe::gateway

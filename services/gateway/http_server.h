@@ -24,6 +24,7 @@
 namespace moe::gateway {
 
 struct GatewayMetrics;
+class Gateway;
 
 class HttpServer {
  public:
@@ -52,5 +53,11 @@ class HttpServer {
   // threads. Idempotent. For a graceful drain, let in-flight requests finish first.
   virtual void Stop() = 0;
 };
+
+// Serves `gateway` over HTTP: every request to Gateway::Handle, every upgrade to
+// Gateway::Upgrade, its metrics. The one wiring of the gateway binary, the fake gateway, the HTTP
+// fuzzer and the tests. `gateway` must outlive the server.
+absl::StatusOr<std::unique_ptr<HttpServer>> ServeGateway(const HttpOptions& options,
+                                                         Gateway& gateway);
 
 }  // namespace moe::gateway

@@ -45,13 +45,7 @@ class HttpServerTest : public ::testing::Test {
                         GatewayDeps{*tokenizer_, *backend_, common::SystemClock::Get(), registry_});
     ASSERT_OK(gw.status());
     gateway_ = std::move(gw).value();
-    Gateway* core = gateway_.get();
-    auto server = HttpServer::Start(
-        options.http,
-        [core](HttpRequest r, std::shared_ptr<ResponseWriter> w) {
-          return core->Handle(std::move(r), std::move(w));
-        },
-        core->metrics());
+    auto server = ServeGateway(options.http, *gateway_);
     ASSERT_OK(server.status());
     server_ = std::move(server).value();
     port_ = server_->port();

@@ -118,16 +118,7 @@ class LimitsTest : public ::testing::Test {
                         GatewayVoiceDeps{asr_, tts_, timers_});
     ASSERT_OK(gw.status());
     gateway_ = std::move(gw).value();
-    Gateway* core = gateway_.get();
-    auto server = HttpServer::Start(
-        options.http,
-        [core](HttpRequest r, std::shared_ptr<ResponseWriter> w) {
-          return core->Handle(std::move(r), std::move(w));
-        },
-        [core](const HttpRequest& r, std::shared_ptr<WebSocketWriter> w) {
-          return core->Upgrade(r, std::move(w));
-        },
-        core->metrics());
+    auto server = ServeGateway(options.http, *gateway_);
     ASSERT_OK(server.status());
     server_ = std::move(server).value();
     port_ = server_->port();

@@ -76,16 +76,7 @@ absl::Status Run(int argc, char** argv) {
   if (!gw.ok()) return gw.status();
   gateway::Gateway* core = gw->get();
   options->http.retry_after_s = options->limits.retry_after_s;
-  auto server = gateway::HttpServer::Start(
-      options->http,
-      [core](gateway::HttpRequest request, std::shared_ptr<gateway::ResponseWriter> writer) {
-        return core->Handle(std::move(request), std::move(writer));
-      },
-      [core](const gateway::HttpRequest& request,
-             std::shared_ptr<gateway::WebSocketWriter> writer) {
-        return core->Upgrade(request, std::move(writer));
-      },
-      core->metrics());
+  auto server = gateway::ServeGateway(options->http, *core);
   if (!server.ok()) return server.status();
   // /metrics on its own port (the HTTP port then answers 404 for it).
   std::unique_ptr<common::metrics::MetricsServer> metrics_server;

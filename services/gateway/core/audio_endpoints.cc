@@ -255,13 +255,8 @@ class SpeechCall final : public TtsObserver, public std::enable_shared_from_this
 }  // namespace
 
 AudioEndpoints::AudioEndpoints(const VoiceOptions& options, int retry_after_s, AsrClient& asr,
-                               TtsClient& tts, common::Clock& clock, VoiceMetrics& metrics)
-    : options_(options),
-      retry_after_s_(retry_after_s),
-      asr_(asr),
-      tts_(tts),
-      clock_(clock),
-      metrics_(metrics) {}
+                               TtsClient& tts, VoiceMetrics& metrics)
+    : options_(options), retry_after_s_(retry_after_s), asr_(asr), tts_(tts), metrics_(metrics) {}
 
 CancelFn AudioEndpoints::Transcribe(const HttpRequest& request,
                                     const std::shared_ptr<ResponseWriter>& writer,

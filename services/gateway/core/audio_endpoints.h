@@ -22,7 +22,6 @@
 #include <memory>
 #include <string>
 
-#include "common/base/clock.h"
 #include "services/gateway/core/gateway_options.h"
 #include "services/gateway/core/http_types.h"
 #include "services/gateway/core/voice_backend.h"
@@ -35,7 +34,7 @@ class AudioEndpoints {
   // Everything borrowed must outlive the endpoints and their requests. `on_done` runs once per
   // request that the handlers returned a CancelFn for, when it ends (frees its in-flight slot).
   AudioEndpoints(const VoiceOptions& options, int retry_after_s, AsrClient& asr, TtsClient& tts,
-                 common::Clock& clock, VoiceMetrics& metrics);
+                 VoiceMetrics& metrics);
 
   CancelFn Transcribe(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer,
                       std::function<void()> on_done);
@@ -47,7 +46,6 @@ class AudioEndpoints {
   const int retry_after_s_;
   AsrClient& asr_;
   TtsClient& tts_;
-  common::Clock& clock_;
   VoiceMetrics& metrics_;
 };
 

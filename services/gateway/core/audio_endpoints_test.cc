@@ -9,7 +9,6 @@
 #include "common/audio/pcm.h"
 #include "common/audio/wav.h"
 #include "common/metrics/registry.h"
-#include "common/testing/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -78,10 +77,9 @@ class AudioEndpointsTest : public ::testing::Test {
   VoiceOptions options_;
   FakeAsrClient asr_;
   FakeTtsClient tts_;
-  common::testing::FakeClock clock_;
   common::metrics::Registry registry_;
   VoiceMetrics metrics_{registry_};
-  AudioEndpoints endpoints_{options_, 1, asr_, tts_, clock_, metrics_};
+  AudioEndpoints endpoints_{options_, 1, asr_, tts_, metrics_};
   int done_ = 0;
 };
 
@@ -172,7 +170,7 @@ TEST_F(AudioEndpointsTest, BadUploadsAreA400NamingTheParameterAndNeverReachAsr) 
 
 TEST_F(AudioEndpointsTest, AudioLongerThanTheLimitIsRefused) {
   options_.max_transcription_audio = absl::Seconds(1);
-  AudioEndpoints short_limit(options_, 1, asr_, tts_, clock_, metrics_);
+  AudioEndpoints short_limit(options_, 1, asr_, tts_, metrics_);
   auto w = std::make_shared<RecordingWriter>();
   short_limit.Transcribe(Upload(ToneWav(16000, 2.0), {{"model", "whisper-1"}}), w, [] {});
   w->Wait();

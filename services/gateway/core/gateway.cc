@@ -163,8 +163,7 @@ Gateway::Gateway(const GatewayOptions& options, const ModelInfo& model, GatewayD
       metrics_(deps.registry, model.id),
       voice_metrics_(deps.registry),
       audio_(voice ? std::make_unique<AudioEndpoints>(options.voice, options.limits.retry_after_s,
-                                                      voice->asr, voice->tts, deps.clock,
-                                                      voice_metrics_)
+                                                      voice->asr, voice->tts, voice_metrics_)
                    : nullptr),
       rate_limiter_(options.limits.rate_limit_rps, options.limits.rate_limit_burst, deps.clock),
       in_flight_(options.limits.max_in_flight) {}
