@@ -196,7 +196,7 @@ class TurnClient {
     if (sent_bytes_ >= audio_.size()) return;
     ++chunks_;
     pace_.expires_at(start_ + std::chrono::milliseconds(kChunkMs * chunks_));
-    pace_.async_wait([this, chunk_bytes](beast::error_code ec) {
+    pace_.async_wait([this](beast::error_code ec) {
       if (ec) return;
       const std::string_view pcm = std::string_view(audio_).substr(sent_bytes_, chunk_bytes);
       sent_bytes_ += pcm.size();

@@ -141,7 +141,7 @@ void EncodeResult(uint64_t call_id, const absl::Status& status, int64_t compute_
   r.status_code = static_cast<int32_t>(status.code());
   r.num_batches = num_batches;
   const size_t n = std::min(status.message().size(), kResultMessageChars);
-  std::memcpy(r.message, status.message().data(), n);
+  if (n > 0) std::memcpy(r.message, status.message().data(), n);  // an ok status's data() is null
   r.message_bytes = static_cast<uint32_t>(n);
   std::memcpy(response_payload, &r, sizeof(r));
 }

@@ -3,8 +3,8 @@
 // (ring.h) synchronise through std::atomic, and every waiter re-checks its condition after a
 // wake-up, so spurious wake-ups and timeouts are harmless.
 //
-// No abseil here or in ring.h / region.h: the ring unit test builds with clang -fsanitize=thread
-// against nothing else (scripts/tsan_ring).
+// No abseil here or in ring.h / region.h: the ring unit test runs under clang -fsanitize=thread
+// (CI's TSan stage, ctest -L tsan), and Debian's abseil is not built for TSan.
 #pragma once
 
 #include <atomic>

@@ -1,7 +1,7 @@
 // The rings under a concurrent producer and consumer: random sizes, wrap-around, a request and
 // a response ring driven like the expert data plane, and the peer dying at each step of the
-// protocol. Also built and run by scripts/tsan_ring under clang -fsanitize=thread, so this
-// file depends on gtest and common/shm only (no abseil: Debian's is not built for TSan).
+// protocol. Also run in CI's TSan stage (label tsan), so this file
+// depends on gtest and common/shm only (no abseil: Debian's is not built for TSan).
 //
 // "Dying" is what SIGKILL does to a side: its thread stops wherever it is and its heartbeat
 // stands still. The survivor's PeerMonitor runs on a test-driven clock (fake_now), which the

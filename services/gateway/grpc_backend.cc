@@ -131,7 +131,11 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void Cancel();
   // From the attempt's reactor.
   void OnAttemptDone(const grpc::Status& status, bool got_message, bool finished);
+  // Only while an attempt's reactor is live, or from OnAttemptDone: the calls on the observer are
+  // sequential (one reactor at a time, OnAttemptDone after it is deleted).
   GenerateObserver& observer() { return *observer_; }
+  // The observer, no longer held: the request has ended (no attempt follows).
+  std::shared_ptr<GenerateObserver> Release() { return std::move(observer_); }
   void ClearAttempt() {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
@@ -141,7 +145,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
   Backend* const backend_;
   const GenerateRequest request_;
   const pb::GenerateRequest proto_;
-  const std::shared_ptr<GenerateObserver> observer_;
+  // Dropped once the request has ended (Release): the observer (a CompletionSession) holds this
+  // state through its call handle, so holding it past the end would be a reference cycle.
+  std::shared_ptr<GenerateObserver> observer_;
   const std::vector<int> order_;
   const int max_attempts_;
   int attempt_ = 0;  // used only by the serial attempt chain
@@ -386,7 +392,7 @@ void CallState::StartAttempt() {
   }
   if (cancelled) {
     delete reactor;
-    observer_->OnFailed(absl::CancelledError("cancelled"));
+    Release()->OnFailed(absl::CancelledError("cancelled"));
     return;
   }
   reactor->Start(proto_);
@@ -399,14 +405,17 @@ void CallState::Cancel() {
 }
 
 void CallState::OnAttemptDone(const grpc::Status& status, bool got_message, bool finished) {
-  if (finished) return;
+  if (finished) {
+    Release();
+    return;
+  }
   bool cancelled;
   {
     absl::MutexLock lock(&mu_);
     cancelled = cancelled_;
   }
   if (cancelled) {
-    observer_->OnFailed(absl::CancelledError("cancelled"));
+    Release()->OnFailed(absl::CancelledError("cancelled"));
     return;
   }
   const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -418,11 +427,11 @@ void CallState::OnAttemptDone(const grpc::Status& status, bool got_message, bool
     return;
   }
   if (status.ok()) {
-    observer_->OnFailed(absl::InternalError("the router ended the stream without a finish"));
+    Release()->OnFailed(absl::InternalError("the router ended the stream without a finish"));
     return;
   }
   absl::Status s = common::rpc::FromGrpcStatus(status);
-  observer_->OnFailed(absl::Status(
+  Release()->OnFailed(absl::Status(
       s.code(),
       absl::StrCat("router ", backend_->router(order_[attempt_]).target, ": ", s.message())));
 }

@@ -44,12 +44,14 @@ class BidiStream : public grpc::ClientBidiReactor<Req, Resp>,
     self_ = this->shared_from_this();
     start(&context_, this);
     this->AddHold();
+    Req* head = nullptr;
     {
       absl::MutexLock lock(&mu_);
       queue_.push_back(std::move(first));
+      head = &queue_.front();
       writing_ = true;
     }
-    this->StartWrite(&queue_.front());
+    this->StartWrite(head);
     this->StartRead(&response_);
     this->StartCall();
   }

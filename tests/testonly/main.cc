@@ -21,8 +21,7 @@ namespace config = common::config;
 namespace rpc = common::rpc;
 namespace metrics = common::metrics;
 
-constexpr config::FlagAlias kAliases[] = {{"grpc_port", "grpc.port"},
-                                          {"metrics_port", "metrics.port"}};
+const config::FlagAlias kAliases[] = {{"grpc_port", "grpc.port"}, {"metrics_port", "metrics.port"}};
 
 int Fail(int code, const absl::Status& status) {
   std::fprintf(stderr, "moe_testonly_echo: %s\n", std::string(status.message()).c_str());

@@ -94,14 +94,13 @@ class ToolCallParser {
   bool in_string_ = false;
   bool escape_ = false;
   enum class Slot { kNone, kKey, kName, kArguments, kOther };
-  Slot slot_ = Slot::kNone;    // what the current depth-2 string / value is
-  bool expect_key_ = true;     // at depth 2: the next string is a key
-  std::string key_;            // the key being read / just read
-  std::string name_;           // the current element's name
-  std::string pending_args_;   // arguments seen before the name (or whitespace held back)
-  bool args_started_ = false;  // the arguments value has begun
-  bool call_open_ = false;     // the current element's call was announced (id + name sent)
-  std::string held_ws_;        // whitespace inside arguments, sent once more value follows
+  Slot slot_ = Slot::kNone;   // what the current depth-2 string / value is
+  bool expect_key_ = true;    // at depth 2: the next string is a key
+  std::string key_;           // the key being read / just read
+  std::string name_;          // the current element's name
+  std::string pending_args_;  // arguments seen before the name (or whitespace held back)
+  bool call_open_ = false;    // the current element's call was announced (id + name sent)
+  std::string held_ws_;       // whitespace inside arguments, sent once more value follows
 
   // kAuto.
   std::string held_;       // possible start of the marker, not yet shown

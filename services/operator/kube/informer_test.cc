@@ -64,7 +64,10 @@ class InformerTest : public ::testing::Test {
   std::string Seen(size_t n) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     absl::MutexLock lock(&mu_);
-    auto enough = [&] { return seen_.size() >= n; };
+    auto enough = [&] {
+      mu_.AssertHeld();  // the Condition runs it under mu_
+      return seen_.size() >= n;
+    };
     while (!enough() && absl::Now() < deadline) {
       mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
     }
