@@ -122,14 +122,15 @@ function(moe_add_tsan_target)
   add_custom_target(moe_tests_tsan DEPENDS ${tests})
 endfunction()
 
-# Sanitizer runtime options for every test (and the processes it starts, which inherit them).
+# Sanitizer runtime options for every test (and the processes it starts, which inherit them);
+# MOE_SANITIZED=1 tells a test it runs sanitized (tests/e2e/services.mjs waits longer).
 set(MOE_SANITIZER_TEST_ENV)
 if(MOE_SANITIZE OR MOE_FUZZ)
-  set(MOE_SANITIZER_TEST_ENV ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  set(MOE_SANITIZER_TEST_ENV MOE_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
       LSAN_OPTIONS=print_suppressions=0:suppressions=${CMAKE_SOURCE_DIR}/tools/sanitizers/lsan.supp
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 elseif(MOE_TSAN)
-  set(MOE_SANITIZER_TEST_ENV
+  set(MOE_SANITIZER_TEST_ENV MOE_SANITIZED=1
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${CMAKE_SOURCE_DIR}/tools/sanitizers/tsan.supp)
 endif()
 
