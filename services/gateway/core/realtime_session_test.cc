@@ -80,6 +80,10 @@ class RealtimeSessionTest : public ::testing::Test {
                  .dump());
   }
 
+  // The backend's thread first: it still calls sessions (which use the gateway's metrics) until
+  // it is joined (ASan saw a use after free of the gateway when the members went in order).
+  void TearDown() override { backend_.reset(); }
+
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_ = testing::MakeTestTokenizer();
   common::testing::FakeClock clock_;
   common::metrics::Registry registry_;
