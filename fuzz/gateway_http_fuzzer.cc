@@ -9,8 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "common/base/clock.h"
@@ -49,6 +52,11 @@ struct Server {
   }
 };
 
+[[noreturn]] void Die(const char* what, int err) {
+  std::fprintf(stderr, "gateway_http_fuzzer: %s: %s\n", what, std::strerror(err));
+  std::abort();
+}
+
 Server& TheServer() {
   static Server* server = new Server();  // lives for the process: libFuzzer exits without teardown
   return *server;
@@ -64,10 +72,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(server.port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    // libFuzzer's timeout alarm (SIGALRM) can interrupt the connect: it goes on in the
+    // background, so wait for it (a smoke pass in CI aborted here once).
+    if (errno != EINTR && errno != EINPROGRESS) Die("connect", errno);
+    pollfd w{fd, POLLOUT, 0};
+    while (::poll(&w, 1, 2000) < 0 && errno == EINTR) {
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) Die("connect", err);
+  }
   size_t sent = 0;
   while (sent < size) {
     const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server may close early (431 / 413 / bad request)
     sent += static_cast<size_t>(n);
   }
@@ -76,8 +96,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (;;) {
     pollfd p{fd, POLLIN, 0};
     const int r = ::poll(&p, 1, 2000);
+    if (r < 0 && errno == EINTR) continue;
     if (r == 0) __builtin_trap();  // the server neither answered nor closed
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
   }
   ::close(fd);

@@ -174,8 +174,10 @@ bool Eventually(const std::function<bool()>& pred) {
 int Connect(int port, const std::string& body) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
-  const int small = 1024;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  // 64 KiB: with a window far under one loopback MSS the receiver may send no window update
+  // when it reads again, leaving the sender to backed-off zero-window probes (http_server_test).
+  const int rcvbuf = 64 << 10;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));

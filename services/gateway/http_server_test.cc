@@ -123,6 +123,36 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAStreamAtOnce) {
   EXPECT_EQ(health->status, 200);
 }
 
+// Opens a loopback connection with a small receive buffer (so that the server's writes stall once
+// the kernel buffers are full) and sends `body` as a POST to /v1/completions without reading.
+// 64 KiB, not 1 KiB as before: with a window far under one loopback MSS (64 KiB) the receiver
+// may send no window update when the client reads again, leaving the sender to its zero-window
+// probes, whose backoff grows with the stall (seconds on a loaded machine) to a minute or more.
+// That matches the rare hang this file had under ctest -j2 (recv waiting for the last chunk
+// until ctest's timeout, stops 24-27); not proven, since it did not reproduce on demand.
+int SendWithoutReading(int port, const std::string& body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  const int rcvbuf = 64 << 10;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A client that sends a streaming request and then never reads: the bytes queued for it stay
 // within http.max_pending_write_bytes; past it the connection is closed and the generation
 // cancelled, so neither memory nor the in-flight slot is pinned by the client.
@@ -132,24 +162,12 @@ TEST_F(HttpServerTest, AClientThatStopsReadingIsCutOffAndItsGenerationCancelled)
   options.http.max_pending_write_bytes = 4096;
   options.http.write_timeout = absl::Milliseconds(200);
   // A stream (~7 MB) larger than what the kernel buffers between the two sockets (tcp_wmem's
-  // 4 MiB at most plus a tiny receive window).
+  // 4 MiB at most plus a small receive buffer).
   model_len_ = 40000;
   Start(fb, options);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = SendWithoutReading(
+      port_, R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})");
   ASSERT_GE(fd, 0);
-  const int small = 1024;  // a tiny receive window, so that the server's writes stall
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port_));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string body =
-      R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})";
-  const std::string req =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body;
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
   // Never read: the server must give up on us and cancel the stream before it completes.
   EXPECT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(30)));
   EXPECT_TRUE(backend_->WaitForIdle(absl::Seconds(10)));
@@ -278,31 +296,6 @@ TEST_F(HttpServerTest, StopClosesOpenStreams) {
   server_->Stop();
   EXPECT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(10)));
   EXPECT_EQ(server_->open_connections(), 0);
-}
-
-// Opens a loopback connection with a tiny receive window (so that the server's writes stall once
-// the kernel buffers are full) and sends `body` as a POST to /v1/completions without reading.
-int SendWithoutReading(int port, const std::string& body) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  const int small = 1024;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  const std::string req =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body;
-  if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // A slow reader whose generation has already ended keeps its in-flight slot until its bytes have
