@@ -259,11 +259,11 @@ class BackpressureTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
 };
 
-// ~6.8 MB of SSE (~170 bytes a token): 4x what the kernel buffers between the two sockets, the
-// gateway's bound and gRPC's flow-control windows held together when the router stopped (it was
-// held after 7.9-9.8k tokens in 5 runs on the 2-vCPU VM); 150k tokens took 11 s, and over 120 s
-// under ASan.
-constexpr int kTokens = 40000;
+// ~13.6 MB of SSE (~170 bytes a token): 4x what the kernel buffers between the two sockets, the
+// gateway's bound and gRPC's flow-control windows held together when the router stopped (with the
+// client's 64 KiB receive buffer it was held after 19.3-20.5k tokens in 5 runs). 8.7 s for both
+// tests, 35 s under ASan.
+constexpr int kTokens = 80000;
 
 // A client that reads the first bytes and then stops: once the kernel buffers are full the
 // gateway's unsent bytes pass http.stream_read_pause_bytes, the gateway stops reading the router
