@@ -43,6 +43,7 @@ GrammarCache::Entry GrammarCache::Compile(const generation::Constraint& constrai
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCache::Get(
     const generation::Constraint& constraint) {
   std::string key = constraint.CacheKey();
+  std::shared_ptr<Flight> flight;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
@@ -51,14 +52,24 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCache::Get(
       metrics_.cache_hits_total->Increment();
       return it->second.second;
     }
+    if (auto f = in_flight_.find(key); f != in_flight_.end()) {
+      // Another thread is compiling it: wait for that result.
+      std::shared_ptr<Flight> other = f->second;
+      mu_.Await(absl::Condition(&other->done));
+      metrics_.cache_hits_total->Increment();
+      return other->result;
+    }
+    flight = std::make_shared<Flight>();
+    in_flight_.emplace(key, flight);
   }
   const absl::Time start = clock_.Now();
   Entry compiled = Compile(constraint);
   metrics_.compilations_total->Increment();
   metrics_.compile_seconds->Observe(absl::ToDoubleSeconds(clock_.Now() - start));
   absl::MutexLock lock(&mu_);
-  auto it = entries_.find(key);
-  if (it != entries_.end()) return it->second.second;  // another thread was first
+  flight->result = compiled;
+  flight->done = true;
+  in_flight_.erase(key);
   lru_.push_front(key);
   entries_.emplace(std::move(key), std::make_pair(lru_.begin(), compiled));
   while (static_cast<int64_t>(entries_.size()) > options_.max_grammars) {

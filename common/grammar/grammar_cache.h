@@ -8,8 +8,9 @@
 // grammar bounds its own state table and mask cache (compiled_grammar.h). A grammar dropped from
 // the cache lives on while sequences still use it.
 //
-// Thread-safe. Compilation runs outside the lock (two threads missing on the same constraint at
-// once may both compile it; the first to finish is kept).
+// Thread-safe. Compilation runs outside the lock, once per constraint: a thread that misses on a
+// constraint another thread is compiling waits for that compile (counted as a hit) instead of
+// compiling it again, so a burst of requests with one new schema costs one compile, not one each.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +108,12 @@ class GrammarCache {
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);  // most recent first
   absl::flat_hash_map<std::string, std::pair<std::list<std::string>::iterator, Entry>> entries_
       ABSL_GUARDED_BY(mu_);
+  // Compiles in progress, by key; `done` and `result` are guarded by mu_ too.
+  struct Flight {
+    bool done = false;
+    Entry result = absl::UnknownError("compiling");
+  };
+  absl::flat_hash_map<std::string, std::shared_ptr<Flight>> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace moe::grammar

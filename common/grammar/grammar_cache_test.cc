@@ -1,6 +1,8 @@
 #include "common/grammar/grammar_cache.h"
 
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/base/clock.h"
 #include "common/grammar/testing/grammar_test_util.h"
@@ -43,6 +45,37 @@ TEST_F(GrammarCacheTest, TheSecondRequestWithASchemaCompilesNothing) {
   m.NextMask();
   EXPECT_EQ(Metric("moe_grammar_masks_computed_total"), 1);
   EXPECT_EQ(Metric("moe_grammar_mask_cache_hits_total"), 1);
+}
+
+// A burst of requests with one new schema compiles it once: the threads that miss while it is
+// being compiled wait for that compile and share its grammar (a schema with many properties, so
+// that the compile takes long enough for the threads to overlap).
+TEST_F(GrammarCacheTest, ConcurrentMissesOnOneSchemaCompileItOnce) {
+  GrammarCache cache({}, ByteVocabulary(), registry_, clock_);
+  std::string properties, required;
+  for (int i = 0; i < 40; ++i) {
+    properties += (i ? ", " : "") + std::string("\"p") + std::to_string(i) +
+                  "\": {\"type\": \"string\", \"maxLength\": 12}";
+    required += (i ? ", " : "") + std::string("\"p") + std::to_string(i) + "\"";
+  }
+  const auto schema = Schema(R"({"type": "object", "properties": {)" + properties +
+                             R"(}, "required": [)" + required + "]}");
+  constexpr int kThreads = 8;
+  std::vector<const CompiledGrammar*> got(kThreads, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto g = cache.Get(schema);
+      if (g.ok()) got[t] = g->get();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_NE(got[t], nullptr) << t;
+    EXPECT_EQ(got[t], got[0]) << t;
+  }
+  EXPECT_EQ(Metric("moe_grammar_compilations_total"), 1);
+  EXPECT_EQ(Metric("moe_grammar_cache_hits_total"), kThreads - 1);
 }
 
 TEST_F(GrammarCacheTest, BadConstraintsAreCachedErrors) {
