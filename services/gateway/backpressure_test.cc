@@ -5,8 +5,6 @@
 // the router stream being read, so the router holds the sequence instead of generating on, the
 // gateway's unsent bytes stay at about http.stream_read_pause_bytes, nobody is cut, and the
 // client that reads on gets every token.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +29,7 @@
 #include "services/gateway/core/gateway.h"
 #include "services/gateway/grpc_backend.h"
 #include "services/gateway/http_server.h"
+#include "services/gateway/testing/slow_client.h"
 #include "services/gateway/testing/test_tokenizer.h"
 
 namespace moe::gateway {
@@ -38,6 +37,7 @@ namespace {
 
 namespace pb = ::moe::router::v1;
 using Json = nlohmann::json;
+using testing::SendCompletionWithoutReading;
 
 // One Generate stream at a time, shaped like the router's (services/router/core/request_stream.h
 // and RouterServer::Generate): a producer thread (the scheduler) appends a token only while fewer
@@ -169,33 +169,6 @@ bool Eventually(const std::function<bool()>& pred) {
   return pred();
 }
 
-// A loopback connection with a tiny receive window (the server's writes stall once the kernel
-// buffers are full) that sends `body` as a POST to /v1/completions.
-int Connect(int port, const std::string& body) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  // 64 KiB: with a window far under one loopback MSS the receiver may send no window update
-  // when it reads again, leaving the sender to backed-off zero-window probes (http_server_test).
-  const int rcvbuf = 64 << 10;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  const std::string req =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body;
-  if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // The concatenated `text` of every SSE completion chunk in a raw chunked HTTP response (each
 // Write of the server is one chunk holding whole events).
 std::string StreamedText(const std::string& raw) {
@@ -275,9 +248,9 @@ TEST_F(BackpressureTest, AClientThatStopsReadingHoldsTheRouterAndLosesNothing) {
   options.http.stream_read_pause_bytes = 64 << 10;
   options.http.write_timeout = absl::Seconds(120);  // no timeout cut while the client pauses
   Start(options, kTokens + 64);
-  const int fd =
-      Connect(server_->port(), absl::StrCat(R"({"model":"tiny","prompt":"abc",)",
-                                            R"("stream":true,"max_tokens":)", kTokens, "}"));
+  const int fd = SendCompletionWithoutReading(
+      server_->port(), absl::StrCat(R"({"model":"tiny","prompt":"abc",)",
+                                    R"("stream":true,"max_tokens":)", kTokens, "}"));
   ASSERT_GE(fd, 0);
   std::string got;
   char buf[1 << 16];
@@ -324,9 +297,9 @@ TEST_F(BackpressureTest, AClientPausedForeverIsCutByTheWriteTimeout) {
   options.http.max_pending_write_bytes = 256 << 10;
   options.http.write_timeout = absl::Milliseconds(300);
   Start(options, kTokens + 64);
-  const int fd =
-      Connect(server_->port(), absl::StrCat(R"({"model":"tiny","prompt":"abc",)",
-                                            R"("stream":true,"max_tokens":)", kTokens, "}"));
+  const int fd = SendCompletionWithoutReading(
+      server_->port(), absl::StrCat(R"({"model":"tiny","prompt":"abc",)",
+                                    R"("stream":true,"max_tokens":)", kTokens, "}"));
   ASSERT_GE(fd, 0);
   const GatewayMetrics& m = gateway_->metrics();
   ASSERT_TRUE(Eventually([&] { return m.slow_clients_closed_total.Value() == 1; }));

@@ -1,8 +1,6 @@
 // The HTTP server with the real Gateway core and the fake backend, over loopback.
 #include "services/gateway/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "services/gateway/core/gateway.h"
 #include "services/gateway/testing/fake_backend.h"
+#include "services/gateway/testing/slow_client.h"
 #include "services/gateway/testing/test_tokenizer.h"
 
 namespace moe::gateway {
@@ -31,6 +30,7 @@ using common::http::HttpCall;
 using testing::FakeBackend;
 using testing::FakeBackendOptions;
 using ::testing::HasSubstr;
+using testing::SendCompletionWithoutReading;
 using HttpTestClient = common::http::HttpClient;
 
 class HttpServerTest : public ::testing::Test {
@@ -123,36 +123,6 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAStreamAtOnce) {
   EXPECT_EQ(health->status, 200);
 }
 
-// Opens a loopback connection with a small receive buffer (so that the server's writes stall once
-// the kernel buffers are full) and sends `body` as a POST to /v1/completions without reading.
-// 64 KiB, not 1 KiB as before: with a window far under one loopback MSS (64 KiB) the receiver
-// may send no window update when the client reads again, leaving the sender to its zero-window
-// probes, whose backoff grows with the stall (seconds on a loaded machine) to a minute or more.
-// That matches the rare hang this file had under ctest -j2 (recv waiting for the last chunk
-// until ctest's timeout, stops 24-27); not proven, since it did not reproduce on demand.
-int SendWithoutReading(int port, const std::string& body) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  const int rcvbuf = 64 << 10;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  const std::string req =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body;
-  if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // A client that sends a streaming request and then never reads: the bytes queued for it stay
 // within http.max_pending_write_bytes; past it the connection is closed and the generation
 // cancelled, so neither memory nor the in-flight slot is pinned by the client.
@@ -165,7 +135,7 @@ TEST_F(HttpServerTest, AClientThatStopsReadingIsCutOffAndItsGenerationCancelled)
   // 4 MiB at most plus a small receive buffer).
   model_len_ = 40000;
   Start(fb, options);
-  const int fd = SendWithoutReading(
+  const int fd = SendCompletionWithoutReading(
       port_, R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})");
   ASSERT_GE(fd, 0);
   // Never read: the server must give up on us and cancel the stream before it completes.
@@ -308,7 +278,7 @@ TEST_F(HttpServerTest, ASlowClientHoldsItsInFlightSlotUntilItsBytesDrain) {
   options.http.write_timeout = absl::Seconds(60);
   model_len_ = 40000;
   Start(FakeBackendOptions{}, options);
-  const int fd = SendWithoutReading(
+  const int fd = SendCompletionWithoutReading(
       port_, R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})");
   ASSERT_GE(fd, 0);
   // The generation ends (every byte is queued in the gateway or the kernel)...
@@ -349,7 +319,7 @@ TEST_F(HttpServerTest, ASlowClientThatIsCutFreesItsSlot) {
   options.http.write_timeout = absl::Seconds(60);
   model_len_ = 40000;
   Start(FakeBackendOptions{}, options);
-  const int fd = SendWithoutReading(
+  const int fd = SendCompletionWithoutReading(
       port_, R"({"model":"tiny","prompt":"abc","max_tokens":20000,"stream":true,"logprobs":5})");
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(backend_->WaitForCancelled(1, absl::Seconds(30)));
