@@ -95,6 +95,8 @@ class Router {
     o.model_dir = model_dir;
     o.num_threads = 1;
     o.kv_num_blocks = 512;
+    // These prompts prefill in well under kv_fetch_min_saving: fetch every miss, as they test.
+    o.scheduler.kv_fetch_min_saving = absl::ZeroDuration();
     if (kv_address != nullptr) {
       KvStoreClientOptions k;
       k.targets = {*kv_address};

@@ -113,7 +113,9 @@ class KvStoreClusterTest : public ::testing::Test {
                                           int store_port = 0) {
     const std::string config = absl::StrCat(*dir_, "/", name, ".yaml");
     std::ofstream f(config);
+    // The tiny model prefills these prompts in under kv_fetch_min_saving: fetch every miss.
     f << "core:\n  model_dir: \"" << *dir_ << "/tiny\"\n  model_name: tiny\n  num_threads: 1\n"
+      << "  scheduler: {kv_fetch_min_saving: 0s}\n"
       << "grpc:\n  host: 127.0.0.1\n  port: 0\n  drain_timeout: 1s\n"
       << "metrics:\n  host: 127.0.0.1\n  port: 0\n";
     if (with_store) {

@@ -125,6 +125,8 @@ class Scheduler::Impl {
   // Starts the kv tier fetch of the further prefix of this step's admissions that L1 missed
   // (they then wait, fetching, and their planned chunks are dropped).
   void FetchFromKvTier(absl::Time now);
+  // Whether prefilling `tokens` is estimated to take at least options_.kv_fetch_min_saving.
+  bool FetchMayPay(int64_t tokens) const;
   // How long a fetch of `tokens` prompt tokens may take (the deadline policy above).
   absl::Duration FetchTimeout(int64_t tokens) const;
   // Ends the fetches that are done, or past the point where the stepping thread gives up on them:
@@ -705,7 +707,7 @@ void Scheduler::Impl::FetchFromKvTier(absl::Time now) {
     if (seq.admitted_once && options_.preemption_mode != PreemptionMode::kOffload) continue;
     // Eligible as for L1: full blocks within the first len - 1 tokens (the last is computed).
     const int64_t eligible = (seq.num_tokens() - 1) / bs;
-    if (eligible <= have) continue;
+    if (eligible <= have || !FetchMayPay((eligible - have) * bs)) continue;
     std::vector<kv::BlockHash> chain = block_manager_->ChainHashes(
         absl::MakeConstSpan(seq.tokens.data(), static_cast<size_t>(eligible * bs)), seq.cache_salt);
     absl::StatusOr<absl::Span<const int32_t>> table = block_manager_->BlockTable(seq.seq_id);
@@ -727,6 +729,12 @@ void Scheduler::Impl::FetchFromKvTier(absl::Time now) {
     plan_.num_tokens -= a.chunk.num_tokens;
     a.chunk.num_tokens = 0;
   }
+}
+
+bool Scheduler::Impl::FetchMayPay(int64_t tokens) const {
+  if (prefill_tokens_per_s_ <= 0) return true;
+  const double prefill_s = static_cast<double>(tokens) / prefill_tokens_per_s_;
+  return prefill_s >= absl::ToDoubleSeconds(options_.kv_fetch_min_saving);
 }
 
 absl::Duration Scheduler::Impl::FetchTimeout(int64_t tokens) const {

@@ -146,6 +146,35 @@ TEST(SchedulerKvTierTest, L1HitsFirstThenTheTierForTheRest) {
   EXPECT_EQ(b.Metric("moe_prefix_cache_queries_total", {{"tier", "l2"}}), 5 + 4);
 }
 
+// A miss too small to pay for a round trip is prefilled: with 1 ms per token measured, a fetch
+// starts only when the blocks L1 missed would take kv_fetch_min_saving (5 ms) to prefill.
+TEST(SchedulerKvTierTest, MissesTooSmallToPayForAFetchArePrefilled) {
+  FakeKvTier tier(kBs * 8);
+  Router a(tier), b(tier);
+  b.runner.AdvanceClockOnStep(&b.clock, absl::Milliseconds(1));
+  const std::vector<int32_t> doc = Tokens(41, 2);
+  a.Run(GreedyRequest(doc, 4));  // the tier has doc's 10 blocks
+  // Before any estimate every miss is fetched (this one finds nothing in the tier).
+  b.Run(GreedyRequest(Tokens(40, 9), 2));
+  EXPECT_EQ(b.Metric("moe_stage_seconds", {{"stage", "kv_fetch"}}), 1);
+
+  // 2 blocks missed = 8 ms of prefill: fetched.
+  const std::vector<int32_t> nine(doc.begin(), doc.begin() + 9);
+  const Collected fetched = b.Run(GreedyRequest(nine, 3));
+  EXPECT_THAT(fetched.token_ids, ElementsAreArray(Reference(nine, 3)));
+  EXPECT_EQ(fetched.usage.cached_prompt_tokens, 2 * kBs);
+  EXPECT_EQ(b.Metric("moe_stage_seconds", {{"stage", "kv_fetch"}}), 2);
+
+  // L1 now has those 2; the third block missed = 4 ms: prefilled, no fetch.
+  const std::vector<int32_t> thirteen(doc.begin(), doc.begin() + 13);
+  const int64_t computed_before = b.runner.num_computed_tokens();
+  const Collected prefilled = b.Run(GreedyRequest(thirteen, 3));
+  EXPECT_THAT(prefilled.token_ids, ElementsAreArray(Reference(thirteen, 3)));
+  EXPECT_EQ(prefilled.usage.cached_prompt_tokens, 2 * kBs);
+  EXPECT_EQ(b.Metric("moe_stage_seconds", {{"stage", "kv_fetch"}}), 2);
+  EXPECT_EQ(b.runner.num_computed_tokens() - computed_before, (13 - 2 * kBs) + 2);
+}
+
 TEST(SchedulerKvTierTest, OnEqualsOffForManyOverlappingPrompts) {
   FakeKvTier tier(kBs * 8);
   Router on(tier);

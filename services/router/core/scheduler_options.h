@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/config/schema.h"
 
 namespace moe::router {
@@ -45,6 +46,12 @@ struct SchedulerOptions {
   int64_t kv_fetch_threads = 4;
   int64_t kv_fetch_max_fetches = 16;
   int64_t kv_fetch_max_bytes = 512ll << 20;
+  // A fetch costs a round trip to the kv-store and a turn of the scheduler even when it finds
+  // nothing (the blocks past the last L1 hit are often the prompt's new tail, which no tier
+  // holds). It is started only when prefilling the blocks L1 missed is estimated (measured
+  // prefill throughput) to take at least this long; below, the sequence prefills them. Before
+  // the first estimate every miss is fetched.
+  absl::Duration kv_fetch_min_saving = absl::Milliseconds(5);
 
   static void Describe(common::config::Schema<SchedulerOptions>& s) {
     s.Add("max_num_seqs", &SchedulerOptions::max_num_seqs, "sequences running at once")
@@ -76,6 +83,9 @@ struct SchedulerOptions {
     s.Add("kv_fetch_max_bytes", &SchedulerOptions::kv_fetch_max_bytes,
           "bytes of blocks the fetches in flight may ask for; beyond: trimmed or prefilled")
         .Range(1, int64_t{1} << 40);
+    s.Add("kv_fetch_min_saving", &SchedulerOptions::kv_fetch_min_saving,
+          "fetch only prefixes whose prefill is estimated to take at least this long")
+        .Min(absl::ZeroDuration());
   }
   // INVALID_ARGUMENT naming the first bad field.
   absl::Status Validate() const { return common::config::CheckFields(*this); }

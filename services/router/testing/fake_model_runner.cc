@@ -91,6 +91,9 @@ absl::Status FakeModelRunner::Step(std::span<const StepChunk> chunks, std::vecto
       slots_[*idx] = SlotValue(c.token_ids[i], pos);
     }
     num_computed_tokens_ += static_cast<int64_t>(c.token_ids.size());
+    if (step_clock_ != nullptr) {
+      step_clock_->Advance(time_per_token_ * static_cast<int64_t>(c.token_ids.size()));
+    }
   }
   logits->clear();
   for (const StepChunk& c : chunks) {

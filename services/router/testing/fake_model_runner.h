@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/testing/fake_clock.h"
 #include "services/router/core/model_runner.h"
 
 namespace moe::router::testing {
@@ -31,6 +33,13 @@ class FakeModelRunner final : public ModelRunner {
                                               const std::vector<int32_t>& prompt,
                                               int64_t max_tokens,
                                               const std::vector<int32_t>& stop_token_ids = {});
+
+  // Each later Step advances `clock` by `per_token` for every token it computes (a model whose
+  // throughput the scheduler can measure).
+  void AdvanceClockOnStep(common::testing::FakeClock* clock, absl::Duration per_token) {
+    step_clock_ = clock;
+    time_per_token_ = per_token;
+  }
 
   // Makes the next `n` Step calls fail with `status`.
   void FailNextSteps(int n, absl::Status status);
@@ -64,6 +73,8 @@ class FakeModelRunner final : public ModelRunner {
  private:
   const FakeModelRunnerOptions options_;
   std::vector<uint64_t> slots_;  // [num_kv_blocks * kv_block_size]; 0 = never written
+  common::testing::FakeClock* step_clock_ = nullptr;
+  absl::Duration time_per_token_;
   int fail_steps_ = 0;
   absl::Status fail_status_;
   int64_t num_steps_ = 0;
