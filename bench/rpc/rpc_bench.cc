@@ -17,6 +17,9 @@
 //                     requires it (experts.transport shm): no gRPC on the data path
 // Payloads: "decode" = 32 streams x top-2 over 8 experts (4 experts x 8 tokens per worker,
 // 32 KiB of f32 each way per call), "tiny" = 1 expert x 1 token per worker (1 KiB).
+// Last, one callback/inline round trip after quiet gaps of 1.00-1.10 s, without and then with
+// common/grpc/callback_queue_keeper.h (gRPC 1.51's callback queue sleeps 100 ms after an idle
+// second): rpc_after_idle_round_trip_us_max_{no_keeper,keeper}.
 // Variants alternate round-robin in short blocks so machine noise hits them alike.
 #include <algorithm>
 #include <cstdio>
@@ -35,6 +38,7 @@
 #include "bench/common/suite.h"
 #include "common/base/clock.h"
 #include "common/base/status_macros.h"
+#include "common/grpc/callback_queue_keeper.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/registry.h"
@@ -450,6 +454,36 @@ absl::StatusOr<BenchReport> RunRpcBench(const SuiteOptions& o) {
       std::fprintf(stderr, "%-8s %-18s p50 %7.1f  p99 %7.1f  mean %7.1f  compute %6.1f us\n",
                    p.name.c_str(), name.c_str(), Percentile(sm.us, 0.5), Percentile(sm.us, 0.99),
                    mean, compute_us);
+    }
+  }
+  // After a quiet second: gRPC 1.51's callback queue threads sleep 100 ms once their 1 s wait
+  // passes (common/grpc/callback_queue_keeper.h). One callback round trip after gaps that sweep
+  // that window, without the keeper and then with it (it cannot be stopped: last).
+  if (servers.count("inline") > 0 && !payloads.empty()) {
+    const Payload& p = payloads.back();
+    Server& s = servers.at("inline");
+    for (const bool keeper : {false, true}) {
+      if (keeper) common::rpc::KeepCallbackQueueAwake();
+      std::vector<double> us;
+      for (int rep = 0; rep < (o.quick ? 1 : 2); ++rep) {
+        for (int gap_ms = 1000; gap_ms <= 1100; gap_ms += 20) {
+          absl::SleepFor(absl::Milliseconds(gap_ms));
+          const absl::Time t0 = absl::Now();
+          RETURN_IF_ERROR(LayerCallback(s, p));
+          us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+        }
+      }
+      const double worst = *std::max_element(us.begin(), us.end());
+      const std::string name = keeper ? "keeper" : "no_keeper";
+      report.Add({absl::StrCat("rpc_after_idle_round_trip_us_max_", name), worst, "us",
+                  {{"variant", "callback/inline"},
+                   {"payload", p.name},
+                   {"gaps_ms", "1000..1100 step 20"},
+                   {"calls", us.size()},
+                   {"p50_us", Percentile(us, 0.5)}},
+                  std::nullopt});
+      std::fprintf(stderr, "after a quiet second, %-9s p50 %8.1f  max %8.1f us (%zu calls)\n",
+                   name.c_str(), Percentile(us, 0.5), worst, us.size());
     }
   }
   for (auto& [name, s] : servers) {

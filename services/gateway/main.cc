@@ -19,6 +19,7 @@
 #include "common/base/listening_line.h"
 #include "common/base/log.h"
 #include "common/config/loader.h"
+#include "common/grpc/callback_queue_keeper.h"
 #include "common/grpc/signals.h"
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/registry.h"
@@ -39,6 +40,8 @@ const common::config::FlagAlias kAliases[] = {
 };
 
 absl::Status Run(int argc, char** argv) {
+  // The callback API (reactors, CallbackService) must not stall after a quiet second.
+  common::rpc::KeepCallbackQueueAwake();
   // One descriptor per client connection: lift the soft limit (often 1024) to the hard one.
   rlimit files;
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {

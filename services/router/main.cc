@@ -18,6 +18,7 @@
 #include "common/base/log.h"
 #include "common/config/loader.h"
 #include "common/grpc/server_runner.h"
+#include "common/grpc/callback_queue_keeper.h"
 #include "common/grpc/signals.h"
 #include "common/kernels/kernels.h"
 #include "common/metrics/metrics_server.h"
@@ -49,6 +50,8 @@ absl::Status Run(int argc, char** argv) {
   if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered
   std::optional<router::RouterOptions>& options = *loaded;
   common::SetLogLevel(options->log_level);
+  // The callback API (reactors, CallbackService) must not stall after a quiet second.
+  common::rpc::KeepCallbackQueueAwake();
   // The kernels' SIMD path (bitwise identical on every path): MOE_KERNELS_ISA, default auto.
   if (absl::Status s = kernels::SelectIsaFromEnvironment(std::getenv("MOE_KERNELS_ISA")); !s.ok()) {
     return s;
