@@ -488,6 +488,12 @@ void Connection::OnHeader(beast::error_code ec) {
       return;
     }
     parser_->body_limit(limit);  // chunked bodies: checked as they arrive
+    // Room for the body up front (at most one 64 KiB read, Beast's largest): a buffer that
+    // grows as it fills reads 512 bytes per wake-up, 24 of them for a 2k-token prompt.
+    if (parser_->content_length()) {
+      buffer_.reserve(buffer_.size() +
+                      static_cast<size_t>(std::min<uint64_t>(*parser_->content_length(), 65536)));
+    }
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec2, size_t) { self->OnRead(ec2); });
