@@ -475,7 +475,9 @@ absl::StatusOr<BenchReport> RunRpcBench(const SuiteOptions& o) {
       }
       const double worst = *std::max_element(us.begin(), us.end());
       const std::string name = keeper ? "keeper" : "no_keeper";
-      report.Add({absl::StrCat("rpc_after_idle_round_trip_us_max_", name), worst, "us",
+      report.Add({absl::StrCat("rpc_after_idle_round_trip_us_max_", name),
+                  worst,
+                  "us",
                   {{"variant", "callback/inline"},
                    {"payload", p.name},
                    {"gaps_ms", "1000..1100 step 20"},

@@ -1,5 +1,5 @@
-// `moe bench serve`'s side-by-side scenarios (serve_kit.h): the load scenarios: 16 concurrent streams,
-// a repeated 2k-token prefix warm vs cold, a Poisson rate sweep.
+// `moe bench serve`'s side-by-side scenarios (serve_kit.h): the load scenarios: 16 concurrent
+// streams, a repeated 2k-token prefix warm vs cold, a Poisson rate sweep.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
