@@ -488,8 +488,7 @@ void Connection::OnHeader(beast::error_code ec) {
       return;
     }
     parser_->body_limit(limit);  // chunked bodies: checked as they arrive
-    // Room for the body up front (at most one 64 KiB read, Beast's largest): a buffer that
-    // grows as it fills reads 512 bytes per wake-up, 24 of them for a 2k-token prompt.
+    // Room for the body up front (<= 64 KiB): a growing buffer reads 512 bytes per wake-up.
     if (parser_->content_length()) {
       buffer_.reserve(buffer_.size() +
                       static_cast<size_t>(std::min<uint64_t>(*parser_->content_length(), 65536)));
