@@ -22,6 +22,7 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
                  const std::vector<ServeRequest>& requests, const LoadOptions& load,
                  nlohmann::json params, const Keep& keep, const std::string& tag) {
   Measured m;
+  params["settle_ms"] = absl::ToDoubleMilliseconds(SettleCpu());
   m.outcomes = RunWorkload(server.port, server.model, requests, load);
   m.summary = Summarize(m.outcomes, ctx.slo);
   params["scenario"] = scenario;

@@ -151,8 +151,9 @@ struct Measured {
 // Which of ToResults' figures a scenario keeps (all when empty).
 using Keep = std::vector<std::string>;
 
-// Runs `requests` on `server` under `load`; adds ToResults' figures (those in `keep`, all when
-// empty) with `params` to the report and, with an artifacts dir, the per-request tables.
+// Runs `requests` on `server` under `load` once the CPUs are idle (SettleCpu); adds ToResults'
+// figures (those in `keep`, all when empty) with `params` (plus `settle_ms`) to the report and,
+// with an artifacts dir, the per-request tables.
 Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
                  const std::vector<ServeRequest>& requests, const LoadOptions& load,
                  nlohmann::json params, const Keep& keep = {}, const std::string& tag = "");

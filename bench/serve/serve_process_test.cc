@@ -2,8 +2,12 @@
 // gateway's OpenAI API in front of a router), driven by the serve benchmark's client.
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "bench/serve/serve_client.h"
 #include "bench/serve/servers.h"
@@ -123,6 +127,24 @@ TEST_F(ServeProcessTest, ARejectedRequestIsAnOutcomeNotAHang) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_FALSE(out[0].ok);
   EXPECT_EQ(out[0].error, "status 400");  // tiny's context is 4096 tokens
+}
+
+// Measure waits for the other system's spinning threads: while every CPU is busy SettleCpu
+// waits its whole bound, and it never waits past it.
+TEST(SettleCpuTest, WaitsItsWholeBoundWhileEveryCpuIsBusy) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
+    spinners.emplace_back([&stop] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  const absl::Duration waited = SettleCpu(absl::Milliseconds(400));
+  stop = true;
+  for (std::thread& t : spinners) t.join();
+  EXPECT_GE(waited, absl::Milliseconds(400));
+  EXPECT_LT(waited, absl::Milliseconds(400 + 500));
 }
 
 }  // namespace

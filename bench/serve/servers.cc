@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -191,6 +192,37 @@ std::optional<double> ScrapeValue(const std::string& exposition, const std::stri
     sum = sum.value_or(0) + v;
   }
   return sum;
+}
+
+namespace {
+
+// Busy and total jiffies of all CPUs (the first line of /proc/stat); nullopt where unreadable.
+std::optional<std::pair<int64_t, int64_t>> CpuJiffies() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  if (!(f >> cpu) || cpu != "cpu") return std::nullopt;
+  int64_t total = 0, idle = 0, v = 0;
+  for (int i = 0; i < 8 && (f >> v); ++i) {  // user nice system idle iowait irq softirq steal
+    total += v;
+    if (i == 3 || i == 4) idle += v;
+  }
+  return std::make_pair(total - idle, total);
+}
+
+}  // namespace
+
+absl::Duration SettleCpu(absl::Duration max_wait) {
+  const absl::Time start = absl::Now();
+  auto before = CpuJiffies();
+  while (before && absl::Now() - start < max_wait) {
+    absl::SleepFor(absl::Milliseconds(100));
+    auto after = CpuJiffies();
+    if (!after) break;
+    const int64_t total = after->second - before->second;
+    if (total > 0 && (after->first - before->first) * 10 < total) break;
+    before = after;
+  }
+  return absl::Now() - start;
 }
 
 }  // namespace moe::bench::serve

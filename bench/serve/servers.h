@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/process/child_process.h"
 
 namespace moe::bench::serve {
@@ -23,6 +24,12 @@ struct RunningServer {
   // SIGTERM and wait (`moe up` stops its services, the gateway first). Idempotent.
   void Stop();
 };
+
+// Waits (at most `max_wait`) until the machine's CPUs have been idle (under 10% busy) for one
+// 100 ms window, and returns how long it waited. Measure (serve_kit.h) calls it first: a server
+// that has just worked may keep its threads spinning for a while (llama-server's ggml pool does,
+// for ~0.1-0.5 s after each request), and the next system measured would share the cores with them.
+absl::Duration SettleCpu(absl::Duration max_wait = absl::Seconds(3));
 
 struct ClusterOptions {
   std::string moe_binary;  // the `moe` CLI
