@@ -81,7 +81,7 @@ absl::Status PrefixWarmCold(Ctx& ctx, Systems& sys) {
         pair[k].max_tokens = 4;
       }
       pair[1].after = 0;  // warm after cold has finished
-      SettleCpu();        // not in the other system's spinning threads (serve_kit.h)
+      SettleCpu();        // not in the other system's spinning threads (servers.h)
       std::vector<RequestOutcome> out =
           RunWorkload(s->port, s->model, pair, {.max_concurrency = 1, .timeout_s = 300});
       if (!out[0].ok || !out[1].ok || out[0].chunk_s.empty() || out[1].chunk_s.empty()) {

@@ -50,6 +50,19 @@ std::string Tail(const std::string& path) {
   return s.size() > 600 ? s.substr(s.size() - 600) : s;
 }
 
+// Busy and total jiffies of all CPUs (the first line of /proc/stat); nullopt where unreadable.
+std::optional<std::pair<int64_t, int64_t>> CpuJiffies() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  if (!(f >> cpu) || cpu != "cpu") return std::nullopt;
+  int64_t total = 0, idle = 0, v = 0;
+  for (int i = 0; i < 8 && (f >> v); ++i) {  // user nice system idle iowait irq softirq steal
+    total += v;
+    if (i == 3 || i == 4) idle += v;
+  }
+  return std::make_pair(total - idle, total);
+}
+
 }  // namespace
 
 void RunningServer::Stop() {
@@ -193,23 +206,6 @@ std::optional<double> ScrapeValue(const std::string& exposition, const std::stri
   }
   return sum;
 }
-
-namespace {
-
-// Busy and total jiffies of all CPUs (the first line of /proc/stat); nullopt where unreadable.
-std::optional<std::pair<int64_t, int64_t>> CpuJiffies() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  if (!(f >> cpu) || cpu != "cpu") return std::nullopt;
-  int64_t total = 0, idle = 0, v = 0;
-  for (int i = 0; i < 8 && (f >> v); ++i) {  // user nice system idle iowait irq softirq steal
-    total += v;
-    if (i == 3 || i == 4) idle += v;
-  }
-  return std::make_pair(total - idle, total);
-}
-
-}  // namespace
 
 absl::Duration SettleCpu(absl::Duration max_wait) {
   const absl::Time start = absl::Now();
