@@ -137,7 +137,9 @@ class Scheduler::Impl {
   // Cancels `seq`'s fetch (no write touches its pages once this returns); it counts as a miss.
   void CancelFetch(Sequence& seq);
   // Stores `seq`'s computed full blocks that are not in the kv tier yet.
-  void StoreComputedBlocks(Sequence& seq);
+  // Queues the sequence's computed full blocks not stored yet: those of its prompt, and of its
+  // generated tokens too with options_.store_generated_blocks or `all` (an offloaded preemption).
+  void StoreComputedBlocks(Sequence& seq, bool all = false);
   // The response cache's answer for `seq` (already validated and numbered), if it has one:
   // streams it, finishes the stream and counts it. Returns whether it answered.
   bool AnswerFromResponseCache(Sequence& seq, const CachedResponse& cached);
@@ -530,7 +532,7 @@ int64_t Scheduler::Impl::Step() {
     ctx.on_preempt = [this](SequenceState& s) {
       Sequence& seq = Seq(&s);
       if (seq.fetching) CancelFetch(seq);  // before its pages are freed
-      if (options_.preemption_mode == PreemptionMode::kOffload) StoreComputedBlocks(seq);
+      if (options_.preemption_mode == PreemptionMode::kOffload) StoreComputedBlocks(seq, true);
     };
   }
   PlanStep(ctx, &queues_, &plan_);
@@ -793,9 +795,12 @@ void Scheduler::Impl::CancelFetch(Sequence& seq) {
   seq.fetching = false;
 }
 
-void Scheduler::Impl::StoreComputedBlocks(Sequence& seq) {
+void Scheduler::Impl::StoreComputedBlocks(Sequence& seq, bool all) {
   if (!kv_tier_.enabled()) return;
-  const int64_t full = seq.num_computed / block_manager_->block_size();
+  const int64_t upto = all || options_.store_generated_blocks
+                           ? seq.num_computed
+                           : std::min(seq.num_computed, seq.num_prompt);
+  const int64_t full = upto / block_manager_->block_size();
   if (full <= seq.num_blocks_stored) return;
   absl::StatusOr<absl::Span<const kv::BlockHash>> hashes =
       block_manager_->ComputedBlockHashes(seq.seq_id);

@@ -130,6 +130,34 @@ TEST(SchedulerKvTierTest, RouterBServesThePrefixRouterAComputedWithTheSameTokens
   EXPECT_EQ(b.Metric("moe_stage_seconds", {{"stage", "kv_fetch"}}), 1);
 }
 
+TEST(SchedulerKvTierTest, GeneratedBlocksGoToTheTierOnlyWhenAskedFor) {
+  const std::vector<int32_t> prompt = Tokens(10, 3);  // 2 full blocks, and 2 tokens of a third
+  for (bool store_generated : {false, true}) {
+    SCOPED_TRACE(store_generated);
+    FakeKvTier tier(kBs * 8);
+    SchedulerOptions o;
+    o.store_generated_blocks = store_generated;
+    Router a(tier, o);
+    const Collected first = a.Run(GreedyRequest(prompt, 14));
+    ASSERT_EQ(first.token_ids.size(), 14u);
+    // 10 + 13 tokens computed (the last one sampled is never fed back): 5 full blocks, of which
+    // the prompt fills 2.
+    const int64_t stored = store_generated ? 5 : 2;
+    EXPECT_EQ(tier.num_stored(), stored);
+    EXPECT_EQ(tier.num_blocks(), stored);
+
+    // The next turn on another router: its prompt is the whole conversation so far.
+    std::vector<int32_t> next = prompt;
+    next.insert(next.end(), first.token_ids.begin(), first.token_ids.end());
+    Router b(tier);
+    const Collected second = b.Run(GreedyRequest(next, 3));
+    EXPECT_THAT(second.token_ids, ElementsAreArray(Reference(next, 3)));
+    EXPECT_EQ(second.usage.cached_prompt_tokens, stored * kBs);
+    // Off, b stores the answer's blocks now, as prompt blocks of the next turn.
+    EXPECT_EQ(tier.num_blocks(), 6);
+  }
+}
+
 TEST(SchedulerKvTierTest, L1HitsFirstThenTheTierForTheRest) {
   FakeKvTier tier(kBs * 8);
   Router a(tier), b(tier);

@@ -52,6 +52,13 @@ struct SchedulerOptions {
   // prefill throughput) to take at least this long; below, the sequence prefills them. Before
   // the first estimate every miss is fetched.
   absl::Duration kv_fetch_min_saving = absl::Milliseconds(5);
+  // Whether the blocks of generated tokens go to the kv-store too (the prompt's full blocks
+  // always do; an offloaded preemption stores every computed block). Off: a decode-heavy load
+  // sends its prompts' blocks only, not 64 KiB of f32 K/V per 16 generated tokens (small
+  // preset) through Put and the L3 write-behind, which on a 2-core machine took a third of the
+  // served decode throughput; what is lost is the last answer of a conversation once L1 evicts
+  // it (the next turn's prompt holds it, and stores it then).
+  bool store_generated_blocks = false;
 
   static void Describe(common::config::Schema<SchedulerOptions>& s) {
     s.Add("max_num_seqs", &SchedulerOptions::max_num_seqs, "sequences running at once")
@@ -86,6 +93,8 @@ struct SchedulerOptions {
     s.Add("kv_fetch_min_saving", &SchedulerOptions::kv_fetch_min_saving,
           "fetch only prefixes whose prefill is estimated to take at least this long")
         .Min(absl::ZeroDuration());
+    s.Add("store_generated_blocks", &SchedulerOptions::store_generated_blocks,
+          "store the blocks of generated tokens in the kv-store too (prompt blocks always are)");
   }
   // INVALID_ARGUMENT naming the first bad field.
   absl::Status Validate() const { return common::config::CheckFields(*this); }
