@@ -55,7 +55,7 @@ struct SchedulerOptions {
   // Whether the blocks of generated tokens go to the kv-store too (the prompt's full blocks
   // always do; an offloaded preemption stores every computed block). Off: a decode-heavy load
   // sends its prompts' blocks only, not 64 KiB of f32 K/V per 16 generated tokens (small
-  // preset) through Put and the L3 write-behind, which on a 2-core machine took a third of the
+  // preset) through Put and the L3 write-behind, which on a 2-core machine cost a fifth of the
   // served decode throughput; what is lost is the last answer of a conversation once L1 evicts
   // it (the next turn's prompt holds it, and stores it then).
   bool store_generated_blocks = false;
