@@ -136,9 +136,8 @@ class Scheduler::Impl {
   void EndFetch(Sequence& seq, int64_t fetched, int64_t from_l2, absl::Time now);
   // Cancels `seq`'s fetch (no write touches its pages once this returns); it counts as a miss.
   void CancelFetch(Sequence& seq);
-  // Stores `seq`'s computed full blocks that are not in the kv tier yet.
-  // Queues the sequence's computed full blocks not stored yet: those of its prompt, and of its
-  // generated tokens too with options_.store_generated_blocks or `all` (an offloaded preemption).
+  // Queues `seq`'s computed full blocks that are not in the kv tier yet: its prompt's, and its
+  // generated tokens' too with options_.store_generated_blocks or `all` (an offloaded preemption).
   void StoreComputedBlocks(Sequence& seq, bool all = false);
   // The response cache's answer for `seq` (already validated and numbered), if it has one:
   // streams it, finishes the stream and counts it. Returns whether it answered.
@@ -532,7 +531,8 @@ int64_t Scheduler::Impl::Step() {
     ctx.on_preempt = [this](SequenceState& s) {
       Sequence& seq = Seq(&s);
       if (seq.fetching) CancelFetch(seq);  // before its pages are freed
-      if (options_.preemption_mode == PreemptionMode::kOffload) StoreComputedBlocks(seq, true);
+      if (options_.preemption_mode == PreemptionMode::kOffload)
+        StoreComputedBlocks(seq, /*all=*/true);
     };
   }
   PlanStep(ctx, &queues_, &plan_);
