@@ -110,7 +110,10 @@ absl::StatusOr<std::shared_ptr<::grpc::Channel>> CreateChannel(const std::string
   const int initial_ms =
       static_cast<int>(absl::ToInt64Milliseconds(options.initial_reconnect_backoff));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
+  // gRPC's minimum reconnect backoff is its minimum connect timeout (an attempt is given
+  // max(the backoff, this)), not a floor of the backoff: options.h connect_timeout.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.connect_timeout)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options.max_reconnect_backoff)));
   // Keepalive while calls are open (options.h): pings without limit on how many go without data

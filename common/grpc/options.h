@@ -92,6 +92,13 @@ struct ChannelOptions {
   // peer should be found again within seconds.
   absl::Duration initial_reconnect_backoff = absl::Milliseconds(100);
   absl::Duration max_reconnect_backoff = absl::Seconds(5);
+  // The time one connection attempt (TCP connect, TLS handshake, the server's HTTP/2 SETTINGS)
+  // is given before it counts as failed; a fail-fast call on a channel whose attempt failed
+  // fails UNAVAILABLE. gRPC takes this from its minimum reconnect backoff, so it is set
+  // apart from the backoff: a TLS handshake on a loaded node (a sanitizer build beside other
+  // tests took over 100 ms) must not fail the first calls. A black-holed peer is found down
+  // after this long.
+  absl::Duration connect_timeout = absl::Seconds(5);
   // A file holding a bearer token sent with every call (`authorization` metadata), for servers
   // whose auth grants roles by token (common/grpc/auth.h). Re-read when it changes on disk.
   // Empty = none (under mTLS the client certificate names the caller).
@@ -117,6 +124,9 @@ struct ChannelOptions {
         .Range(absl::Milliseconds(10), absl::Minutes(2));
     s.Add("max_reconnect_backoff", &ChannelOptions::max_reconnect_backoff)
         .Range(absl::Milliseconds(10), absl::Minutes(2));
+    s.Add("connect_timeout", &ChannelOptions::connect_timeout,
+          "time one connection attempt (TCP, TLS handshake, HTTP/2 SETTINGS) is given")
+        .Range(absl::Milliseconds(100), absl::Minutes(2));
     s.Add("keepalive_time", &ChannelOptions::keepalive_time, "ping interval while a call is open")
         .Range(absl::Milliseconds(500), absl::Hours(2));
     s.Add("keepalive_timeout", &ChannelOptions::keepalive_timeout,

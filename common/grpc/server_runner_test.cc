@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/testing/test_pki.h"
+#include "common/testing/fault_proxy.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
@@ -19,6 +20,7 @@
 namespace moe::common::rpc {
 namespace {
 
+using ::moe::common::testing::FaultProxy;
 using ::moe::common::testing::IsOkAndHolds;
 using ::moe::common::testing::StatusIs;
 using ::moe::kv_store::v1::KvStore;
@@ -232,6 +234,40 @@ TEST(ChannelFactoryTest, RejectsBadClientOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("enabled: false")));
   EXPECT_THAT(CreateChannel("127.0.0.1:1", {.tls = {.enabled = true, .ca_file = "/nope.pem"}}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("ca_file")));
+}
+
+// A connection attempt is given connect_timeout, however short the reconnect backoff: each
+// chunk through the proxy waits 300 ms, so the server's SETTINGS frame comes after the first
+// 100 ms backoff. (gRPC takes its connect timeout from the minimum backoff; when that was set
+// to the initial backoff, this first fail-fast call failed UNAVAILABLE: "connection attempt
+// timed out before receiving SETTINGS frame", seen with mTLS under ASan beside other tests.)
+TEST(ChannelFactoryTest, ASlowHandshakeIsGivenTheConnectTimeoutNotTheBackoff) {
+  ServerRunner runner(Loopback());
+  FakeKvStore service;
+  runner.AddService(&service);
+  ASSERT_OK(runner.Start());
+  ASSERT_OK_AND_ASSIGN(auto proxy, FaultProxy::Start(runner.port()));
+  proxy->Set({.mode = FaultProxy::Mode::kDelay, .delay = absl::Milliseconds(300)});
+  kv_store::v1::StatsResponse res;
+  const ::grpc::Status s =
+      CallStats(*Stub(proxy->port(), {.initial_reconnect_backoff = absl::Milliseconds(100)}), &res);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(res.corrupt_blocks_dropped(), 7);
+}
+
+// ...and an attempt that outlives connect_timeout fails, so a fail-fast call to a peer that
+// accepts and never answers ends UNAVAILABLE, not DEADLINE_EXCEEDED at its own 5 s deadline.
+TEST(ChannelFactoryTest, AnAttemptPastTheConnectTimeoutFailsTheCall) {
+  ServerRunner runner(Loopback());
+  FakeKvStore service;
+  runner.AddService(&service);
+  ASSERT_OK(runner.Start());
+  ASSERT_OK_AND_ASSIGN(auto proxy, FaultProxy::Start(runner.port()));
+  proxy->Set({.mode = FaultProxy::Mode::kBlackHole});
+  kv_store::v1::StatsResponse res;
+  const ::grpc::Status s =
+      CallStats(*Stub(proxy->port(), {.connect_timeout = absl::Milliseconds(200)}), &res);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }
 
 }  // namespace

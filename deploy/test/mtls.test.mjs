@@ -136,7 +136,8 @@ test('a completion and a transcription through the gateway, every hop over mTLS'
   const series = (name) => [...metrics.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))].map((m) => Number(m[1]));
   assert.ok(series('moe_kv_store_client_blocks_total').some((v) => v > 0), 'blocks sent to the kv-store');
   assert.ok(series('moe_kv_store_client_rpc_errors_total').every((v) => v === 0),
-    `no kv-store RPC errors: ${metrics.split('\n').filter((l) => l.startsWith('moe_kv_store_client_rpc_errors_total')).join('; ')}`);
+    `no kv-store RPC errors: ${metrics.split('\n').filter((l) => l.startsWith('moe_kv_store_client_rpc_errors_total')).join('; ')}\n` +
+    router.log.split('\n').filter((l) => l.includes('kv-store')).join('\n'));
 });
 
 test('moe admin: the admin certificate is served; other roles are refused and counted; foreign or no certificates fail the handshake', { skip }, async () => {

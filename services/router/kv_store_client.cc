@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/hash.h"
 #include "common/base/log.h"
+#include "common/grpc/status.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "moe/kv_store/v1/kv_store.grpc.pb.h"
@@ -126,7 +127,11 @@ class KvStoreClient::Impl {
     std::unique_ptr<pb::KvStore::Stub> stub;
     std::unique_ptr<grpc::GenericStub> generic;
     std::atomic<bool> refused{false};
+    // When an RPC error was last logged (absl::ToUnixNanos), so a down store logs one line
+    // per kErrorLogInterval rather than one per call.
+    std::atomic<int64_t> last_error_log_ns{0};
   };
+  static constexpr absl::Duration kErrorLogInterval = absl::Seconds(10);
   struct PutItem {
     kv::BlockHash hash;
     size_t target = 0;
@@ -160,6 +165,15 @@ class KvStoreClient::Impl {
     metrics_.rpc_errors.Add({{"rpc", rpc}}).Increment();
     if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION && !t.refused.exchange(true)) {
       MOE_LOG_ERROR("router: refusing kv-store {}: {}", t.address, s.error_message());
+      return;
+    }
+    const int64_t now = absl::ToUnixNanos(absl::Now());
+    int64_t last = t.last_error_log_ns.load();
+    if (now - last >= absl::ToInt64Nanoseconds(kErrorLogInterval) &&
+        t.last_error_log_ns.compare_exchange_strong(last, now)) {
+      MOE_LOG_WARN("router: kv-store {} {} failed: {} (at most one such line per {})", t.address,
+                   rpc, common::rpc::FromGrpcStatus(s).ToString(),
+                   absl::FormatDuration(kErrorLogInterval));
     }
   }
   void WorkerLoop();
