@@ -15,8 +15,6 @@ namespace {
 
 constexpr int64_t kMaxRangeItems = 1'000'000;
 
-absl::Status Bad(std::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
-
 // Python's str.isspace() code points.
 bool IsPyWhitespace(std::string_view cp) {
   if (cp.size() == 1) {

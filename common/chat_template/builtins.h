@@ -2,8 +2,10 @@
 // and the globals (range, namespace, raise_exception, strftime_now, dict, joiner-free subset).
 #pragma once
 
+#include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/chat_template/eval.h"
 #include "common/chat_template/value.h"
@@ -28,6 +30,11 @@ Value GetMethod(const Value& object, std::string_view name);
 
 // The global functions every render starts with.
 ValueDict MakeGlobals();
+
+// The error of a built-in called wrongly (kInvalidArgument).
+inline absl::Status Bad(std::string_view what) {
+  return absl::InvalidArgumentError(std::string(what));
+}
 
 // Python str.strip/lstrip/rstrip: `chars` null strips Unicode whitespace.
 std::string PyStrip(std::string_view s, const std::string* chars, bool left, bool right);

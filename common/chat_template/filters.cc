@@ -14,8 +14,6 @@
 namespace moe::chat_template::jinja {
 namespace {
 
-absl::Status Bad(std::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
-
 Value Arg(const ValueList& args, const KwArgs& kwargs, size_t index, std::string_view name,
           Value fallback = Value()) {
   if (index < args.size()) return args[index];

@@ -19,7 +19,9 @@ namespace moe::kernels {
 namespace {
 
 using common::DType;
+using testing::Bits;
 using testing::BitwiseEqual;
+using testing::FromBits;
 using testing::MakeWeights;
 using testing::RandomFloats;
 using testing::ScopedIsa;
@@ -28,16 +30,6 @@ using testing::TestWeights;
 
 constexpr Activations kBf16 = Activations::kBf16;
 
-float FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
 float Bf16(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
 float Flush(float v) {
   return (Bits(v) & 0x7fffffffu) < 0x00800000u ? FromBits(Bits(v) & 0x80000000u) : v;

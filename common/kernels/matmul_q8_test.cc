@@ -21,23 +21,15 @@ namespace {
 
 using common::DType;
 using common::kQ8BlockSize;
+using testing::Bits;
 using testing::BitwiseEqual;
+using testing::FromBits;
 using testing::MakeWeights;
 using testing::RandomFloats;
 using testing::ScopedIsa;
 using testing::SupportedIsas;
 using testing::TestWeights;
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 

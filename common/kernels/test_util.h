@@ -12,6 +12,18 @@
 
 namespace moe::kernels::testing {
 
+// A float's bits and back.
+inline uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+inline float FromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
 // The ISA paths this CPU can run ("portable" always).
 inline std::vector<const char*> SupportedIsas() {
   std::vector<const char*> out;

@@ -23,8 +23,6 @@ namespace fs = std::filesystem;
 using common::DType;
 using common::testing::StatusIs;
 
-std::string ReadAll(const std::string& path) { return common::ReadFile(path).value(); }
-
 absl::Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -94,7 +92,7 @@ TEST_F(GgufExportTest, ExportsTinyMixtralAsLlamaWithExperts) {
             (std::vector<int64_t>{c.hidden_size, c.vocab_size}));
 
   // Data: expert 3's gate of layer 1 is stored verbatim at its slot of the stack.
-  const std::string bytes = ReadAll(out);
+  const std::string bytes = common::ReadFile(out).value();
   const WeightView e3 = (*ckpt)->weights().layers[1].experts[3].gate;
   const size_t ebytes = static_cast<size_t>(e3.rows * e3.cols * 2);
   const uint8_t* got =
@@ -163,7 +161,8 @@ class GgufExportArchTest : public GgufExportTest {
   std::string TensorBytes(const FileInfo& info, const std::string& name) {
     for (const TensorEntry& t : info.tensors) {
       if (t.name == name) {
-        return ReadAll(out_).substr(info.data_offset + t.offset, static_cast<size_t>(t.nbytes()));
+        return common::ReadFile(out_).value().substr(info.data_offset + t.offset,
+                                                     static_cast<size_t>(t.nbytes()));
       }
     }
     return "";
@@ -289,7 +288,7 @@ TEST_F(GgufExportArchTest, RefusesWhatTheLlamaCppGraphCannotRun) {
   o.arch = Arch::kQwen2Moe;
   const std::string qwen2 = dir_ + "/qwen2-norm";
   ASSERT_TRUE(MakeModel(o, qwen2).ok());
-  std::string config = ReadAll(qwen2 + "/config.json");
+  std::string config = common::ReadFile(qwen2 + "/config.json").value();
   const std::string from = "\"norm_topk_prob\": false";
   ASSERT_NE(config.find(from), std::string::npos);
   config.replace(config.find(from), from.size(), "\"norm_topk_prob\": true");

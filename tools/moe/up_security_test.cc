@@ -31,14 +31,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-const ServiceSpec& Spec(const std::string& name) {
-  for (const ServiceSpec& s : Topology()) {
-    if (s.name == name) return s;
-  }
-  ADD_FAILURE() << "no spec " << name;
-  return Topology().front();
-}
-
 // A service's option sections as the services declare them: grpc (every server), a client
 // channel (routing.channel of the gateway, experts.channel of the router, ...).
 struct ServerAndChannel {
@@ -97,8 +89,8 @@ TEST(UpSecurityTest, OffByDefaultAndMakesNothing) {
   EXPECT_THAT(sec.ChannelFlags("experts.channel", "router", "router"), IsEmpty());
   UpContext c;
   c.model_dir = "/m";
-  EXPECT_THAT(absl::StrJoin(Spec("router").flags(c, 0), " "), Not(HasSubstr("tls")));
-  EXPECT_THAT(absl::StrJoin(Spec("gateway").flags(c, 0), " "), Not(HasSubstr("api_keys")));
+  EXPECT_THAT(absl::StrJoin(ServiceNamed("router").flags(c, 0), " "), Not(HasSubstr("tls")));
+  EXPECT_THAT(absl::StrJoin(ServiceNamed("gateway").flags(c, 0), " "), Not(HasSubstr("api_keys")));
 }
 
 TEST(UpSecurityTest, OptionsNeedAuthForTokensAndKeys) {
@@ -150,7 +142,7 @@ TEST(UpSecurityTest, EveryServerAndClientFlagIsAKeyTheServicesKnow) {
   c.started.push_back({"expert_worker", {.grpc = 5001, .metrics = 5002}});
   c.started.push_back({"kv_store", {.grpc = 7001, .metrics = 7002}});
   for (const char* kind : {"expert_worker", "kv_store", "router", "asr", "tts"}) {
-    ASSERT_OK_AND_ASSIGN(ServerAndChannel o, Parse(Spec(kind).flags(c, 0), ""));
+    ASSERT_OK_AND_ASSIGN(ServerAndChannel o, Parse(ServiceNamed(kind).flags(c, 0), ""));
     EXPECT_EQ(o.grpc.tls.cert_file, sec.CertFile(kind));
     EXPECT_EQ(o.grpc.tls.key_file, sec.KeyFile(kind));
     EXPECT_EQ(o.grpc.tls.client_ca_file, sec.ca_file);
@@ -162,7 +154,7 @@ TEST(UpSecurityTest, EveryServerAndClientFlagIsAKeyTheServicesKnow) {
     EXPECT_THAT(o.grpc.auth.admin.token_files, ElementsAre(sec.TokenFile("admin")));
   }
   // Clients dial with their own kind's certificate and their role's token.
-  const std::vector<std::string> router = Spec("router").flags(c, 0);
+  const std::vector<std::string> router = ServiceNamed("router").flags(c, 0);
   for (const char* section : {"experts.channel.", "kv_store.channel."}) {
     ASSERT_OK_AND_ASSIGN(ServerAndChannel o, Parse(router, section));
     EXPECT_TRUE(o.channel.tls.enabled) << section;
@@ -173,7 +165,7 @@ TEST(UpSecurityTest, EveryServerAndClientFlagIsAKeyTheServicesKnow) {
     EXPECT_EQ(o.channel.token_file, sec.TokenFile("router"));
   }
   c.started.push_back({"router", {.grpc = 6001}});
-  const std::vector<std::string> gateway = Spec("gateway").flags(c, 0);
+  const std::vector<std::string> gateway = ServiceNamed("gateway").flags(c, 0);
   for (const char* section : {"routing.channel.", "voice.channel."}) {
     ASSERT_OK_AND_ASSIGN(ServerAndChannel o, Parse(gateway, section));
     EXPECT_EQ(o.channel.tls.cert_file, sec.CertFile("gateway")) << section;

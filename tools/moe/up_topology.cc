@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/base/check.h"
 #include "common/grpc/channel_factory.h"
 #include "common/http/http_client.h"
 
@@ -197,6 +198,14 @@ ThreadPlan PlanThreads(const UpContext& c) {
 const std::vector<ServiceSpec>& Topology() {
   static const std::vector<ServiceSpec>* specs = new std::vector<ServiceSpec>(MakeTopology());
   return *specs;
+}
+
+const ServiceSpec& ServiceNamed(const std::string& name) {
+  for (const ServiceSpec& s : Topology()) {
+    if (s.name == name) return s;
+  }
+  MOE_CHECK_MSG(false, absl::StrCat("no service named ", name).c_str());
+  return Topology().front();
 }
 
 }  // namespace moe::cli

@@ -55,6 +55,9 @@ struct ServiceSpec {
 
 // In start order; stopped in reverse (the gateway drains first).
 const std::vector<ServiceSpec>& Topology();
+// The spec of that name (an UpOptions section: "router", "kv_store", ...); MOE_CHECKs that
+// there is one (the names are the code's own).
+const ServiceSpec& ServiceNamed(const std::string& name);
 
 // Compute threads per process so that the processes of this host do not oversubscribe its C
 // cores: with expert workers, routers and workers take turns (micro-batch ping-pong off: a

@@ -20,14 +20,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const ServiceSpec& Spec(const std::string& name) {
-  for (const ServiceSpec& s : Topology()) {
-    if (s.name == name) return s;
-  }
-  ADD_FAILURE() << "no spec " << name;
-  return Topology().front();
-}
-
 TEST(UpTopologyTest, StartOrderIsBackEndsFirst) {
   std::vector<std::string> names;
   for (const ServiceSpec& s : Topology()) names.push_back(s.name);
@@ -58,29 +50,30 @@ TEST(UpTopologyTest, OneKvStoreByDefaultWithItsL3InTheDataDirectory) {
   EXPECT_EQ(UpOptions{}.kv_store.replicas, 1);
   UpContext c;
   c.data_dir = "/data";
-  EXPECT_THAT(Spec("kv_store").flags(c, 1), Contains("core.l3_dir=/data/kv-store-1"));
+  EXPECT_THAT(ServiceNamed("kv_store").flags(c, 1), Contains("core.l3_dir=/data/kv-store-1"));
 }
 
 TEST(UpTopologyTest, RoutersAreToldAboutStartedWorkersAndTheGatewayAboutRouters) {
   UpContext c;
   c.model_dir = "/m";
   c.num_experts = 8;
-  EXPECT_THAT(Spec("expert_worker").flags(c, 0), Contains("core.experts=*:0-7"));
+  EXPECT_THAT(ServiceNamed("expert_worker").flags(c, 0), Contains("core.experts=*:0-7"));
   // Without workers, the router runs its experts itself.
-  const std::string embedded = absl::StrJoin(Spec("router").flags(c, 1), " ");
+  const std::string embedded = absl::StrJoin(ServiceNamed("router").flags(c, 1), " ");
   EXPECT_THAT(embedded, HasSubstr("router_id=router-1"));
   EXPECT_THAT(embedded, Not(HasSubstr("experts.workers")));
 
   c.started.push_back({"expert_worker", {.grpc = 5001, .metrics = 5002}});
   c.started.push_back({"expert_worker", {.grpc = 5003, .metrics = 5004}});
-  EXPECT_THAT(Spec("router").flags(c, 0),
+  EXPECT_THAT(ServiceNamed("router").flags(c, 0),
               Contains("experts.workers=127.0.0.1:5001,127.0.0.1:5003"));
-  EXPECT_THAT(absl::StrJoin(Spec("router").flags(c, 0), " "), Not(HasSubstr("kv_store.targets")));
+  EXPECT_THAT(absl::StrJoin(ServiceNamed("router").flags(c, 0), " "),
+              Not(HasSubstr("kv_store.targets")));
   c.started.push_back({"kv_store", {.grpc = 7001, .metrics = 7002}});
-  EXPECT_THAT(Spec("router").flags(c, 0), Contains("kv_store.targets=127.0.0.1:7001"));
+  EXPECT_THAT(ServiceNamed("router").flags(c, 0), Contains("kv_store.targets=127.0.0.1:7001"));
   c.started.push_back({"router", {.grpc = 6001}});
   c.started.push_back({"router", {.grpc = 6002}});
-  const std::vector<std::string> gateway = Spec("gateway").flags(c, 0);
+  const std::vector<std::string> gateway = ServiceNamed("gateway").flags(c, 0);
   EXPECT_THAT(gateway, Contains("routing.routers=127.0.0.1:6001,127.0.0.1:6002"));
   EXPECT_THAT(gateway, Contains("http.port=8000"));
   EXPECT_THAT(gateway, Contains("model_dir=/m"));
@@ -93,8 +86,8 @@ TEST(UpTopologyTest, NumericsGoToEveryRouterAndWorker) {
   UpContext c;
   c.model_dir = "/m";
   for (const char* kind : {"router", "expert_worker"}) {
-    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.weights=checkpoint")) << kind;
-    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.activations=f32")) << kind;
+    EXPECT_THAT(ServiceNamed(kind).flags(c, 0), Contains("core.weights=checkpoint")) << kind;
+    EXPECT_THAT(ServiceNamed(kind).flags(c, 0), Contains("core.activations=f32")) << kind;
   }
   UpOptions o;
   o.numerics.weights = "q8_0";
@@ -102,8 +95,8 @@ TEST(UpTopologyTest, NumericsGoToEveryRouterAndWorker) {
   EXPECT_OK(o.Validate());
   c.options = o;
   for (const char* kind : {"router", "expert_worker"}) {
-    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.weights=q8_0")) << kind;
-    EXPECT_THAT(Spec(kind).flags(c, 0), Contains("core.activations=bf16")) << kind;
+    EXPECT_THAT(ServiceNamed(kind).flags(c, 0), Contains("core.weights=q8_0")) << kind;
+    EXPECT_THAT(ServiceNamed(kind).flags(c, 0), Contains("core.activations=bf16")) << kind;
   }
   o.numerics.weights = "int4";
   EXPECT_THAT(o.Validate(),
@@ -115,11 +108,11 @@ TEST(UpTopologyTest, TheGatewayIsToldAboutTheSpeechServices) {
   c.model_dir = "/m";
   EXPECT_EQ(UpOptions{}.asr.replicas, 1);
   EXPECT_EQ(UpOptions{}.tts.replicas, 1);
-  EXPECT_THAT(Spec("asr").flags(c, 0), Contains("grpc.port=0"));
+  EXPECT_THAT(ServiceNamed("asr").flags(c, 0), Contains("grpc.port=0"));
   c.started.push_back({"router", {.grpc = 6001}});
   c.started.push_back({"asr", {.grpc = 7001, .metrics = 7002}});
   c.started.push_back({"tts", {.grpc = 7003, .metrics = 7004}});
-  const std::vector<std::string> gateway = Spec("gateway").flags(c, 0);
+  const std::vector<std::string> gateway = ServiceNamed("gateway").flags(c, 0);
   EXPECT_THAT(gateway, Contains("voice.asr=127.0.0.1:7001"));
   EXPECT_THAT(gateway, Contains("voice.tts=127.0.0.1:7003"));
 }
@@ -141,9 +134,9 @@ TEST(UpTopologyTest, ComputeThreadsNeverOversubscribeTheHost) {
   c.options.expert_worker.replicas = 4;
   EXPECT_EQ(PlanThreads(c).router_threads, 8);
   EXPECT_EQ(PlanThreads(c).worker_threads, 4);
-  EXPECT_THAT(Spec("expert_worker").flags(c, 0), Contains("core.threads_per_call=4"));
+  EXPECT_THAT(ServiceNamed("expert_worker").flags(c, 0), Contains("core.threads_per_call=4"));
   c.started.push_back({"expert_worker", {.grpc = 5001, .metrics = 5002}});
-  const std::vector<std::string> router = Spec("router").flags(c, 0);
+  const std::vector<std::string> router = ServiceNamed("router").flags(c, 0);
   EXPECT_THAT(router, Contains("core.num_threads=8"));
   EXPECT_THAT(router, Contains("core.micro_batches=1"));
 }

@@ -10,22 +10,8 @@
 namespace moe::op {
 namespace {
 
-const Json& Obj(const Json& j, const char* key) {
-  static const Json kEmpty = Json::object();
-  auto it = j.is_object() ? j.find(key) : j.end();
-  return it == j.end() || !it->is_object() ? kEmpty : *it;
-}
-
-template <typename T>
-T Get(const Json& j, const char* key, T fallback) {
-  auto it = j.is_object() ? j.find(key) : j.end();
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const Json::exception&) {
-    return fallback;
-  }
-}
+using json_read::Get;
+using json_read::Obj;
 
 // A quantity field (integer or string) in bytes.
 absl::StatusOr<int64_t> Bytes(const Json& j, const char* key, const char* fallback,

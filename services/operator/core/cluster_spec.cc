@@ -7,27 +7,18 @@
 #include "services/operator/core/quantity.h"
 
 namespace moe::op {
-namespace {
 
-// `j[key]` when it is set and not null, else `fallback`.
-template <typename T>
-T Get(const Json& j, const char* key, T fallback) {
-  if (!j.is_object()) return fallback;
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const Json::exception&) {
-    return fallback;
-  }
-}
-
-const Json& Obj(const Json& j, const char* key) {
+const Json& json_read::Obj(const Json& j, const char* key) {
   static const Json kEmpty = Json::object();
   if (!j.is_object()) return kEmpty;
   auto it = j.find(key);
   return it == j.end() || !it->is_object() ? kEmpty : *it;
 }
+
+namespace {
+
+using json_read::Get;
+using json_read::Obj;
 
 absl::StatusOr<absl::Duration> DurationField(const Json& j, const char* key, const char* fallback,
                                              const std::string& where) {

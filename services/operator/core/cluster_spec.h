@@ -19,6 +19,23 @@ namespace moe::op {
 
 using Json = nlohmann::json;
 
+// Reading the objects: `j[key]` when it is set, not null and a T, else `fallback`; `j[key]`
+// when it is an object, else an empty object.
+namespace json_read {
+template <typename T>
+T Get(const Json& j, const char* key, T fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const Json::exception&) {
+    return fallback;
+  }
+}
+const Json& Obj(const Json& j, const char* key);
+}  // namespace json_read
+
 inline constexpr char kGroup[] = "moe-cluster.io";
 inline constexpr char kApiVersion[] = "moe-cluster.io/v1alpha1";
 

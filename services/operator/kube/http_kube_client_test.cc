@@ -20,7 +20,6 @@ using common::testing::StatusIs;
 using testing::FakeApiServer;
 using ::testing::HasSubstr;
 
-const Resource kConfigMaps{"v1", "configmaps", true};
 const Resource kStatefulSets{"apps/v1", "statefulsets", true};
 const Resource kClusters{"moe-cluster.io/v1alpha1", "moeclusters", true};
 

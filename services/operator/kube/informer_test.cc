@@ -17,8 +17,6 @@ namespace {
 
 using testing::FakeApiServer;
 
-const Resource kConfigMaps{"v1", "configmaps", true};
-
 class InformerTest : public ::testing::Test {
  protected:
   void SetUp() override {

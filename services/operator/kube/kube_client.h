@@ -43,6 +43,9 @@ struct Resource {
   std::string DebugString() const { return api_version + "/" + plural; }
 };
 
+// ConfigMaps (the operator's rendered service configs; the informer and client tests' resource).
+inline const Resource kConfigMaps{"v1", "configmaps", true};
+
 struct ListResult {
   std::vector<Json> items;       // each with apiVersion and kind set
   std::string resource_version;  // of the list: watch from here

@@ -28,7 +28,7 @@ namespace {
 using Json = nlohmann::json;
 
 const kube::Resource kPods{"v1", "pods", true};
-const kube::Resource kConfigMaps{"v1", "configmaps", true};
+using kube::kConfigMaps;
 const kube::Resource kStatefulSets{"apps/v1", "statefulsets", true};
 const kube::Resource kDeployments{"apps/v1", "deployments", true};
 
