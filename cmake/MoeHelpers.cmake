@@ -8,6 +8,11 @@ set(MOE_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initiali
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12)
   list(APPEND MOE_WARNINGS $<$<CONFIG:Release>:-Wno-error=restrict>)
 endif()
+# In a unity build (CMAKE_UNITY_BUILD, scripts/setup) GCC takes each batched .cc for a header and
+# warns of a class with a member whose type is in that file's anonymous namespace: not a header.
+if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  list(APPEND MOE_WARNINGS -Wno-subobject-linkage)
+endif()
 # clang checks the ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations (GCC ignores them).
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   list(APPEND MOE_WARNINGS -Wthread-safety)
@@ -33,8 +38,8 @@ elseif(MOE_TSAN)
   set(MOE_SANITIZE_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
 endif()
 if(MOE_FUZZ)
-  # Coverage feedback from every library the fuzzers link (the libFuzzer main only on fuzzers).
-  list(APPEND MOE_SANITIZE_FLAGS -fsanitize=fuzzer-no-link)
+  # Linked everywhere; compiled into the libraries only (moe_add_library).
+  add_link_options(-fsanitize=fuzzer-no-link)
 endif()
 if(MOE_SANITIZE_FLAGS)
   add_compile_options(${MOE_SANITIZE_FLAGS})
@@ -62,6 +67,20 @@ if(MOE_DEBUG_INFO STREQUAL "lines" AND NOT MOE_SANITIZE_FLAGS)
   add_compile_options($<$<AND:$<CONFIG:RelWithDebInfo>,$<COMPILE_LANGUAGE:C,CXX>>:-g1>)
 endif()
 
+# The linker: lld where it is installed (scripts/setup installs it). The ASan build links ~110
+# test executables; one (moe_gateway_test) linked in 0.77 s with lld against 2.62 s with GNU ld.
+# -DMOE_LINKER=default keeps the compiler's own.
+set(MOE_LINKER "lld" CACHE STRING "The linker: lld, or default (the compiler's)")
+set_property(CACHE MOE_LINKER PROPERTY STRINGS lld default)
+if(MOE_LINKER STREQUAL "lld")
+  find_program(MOE_LD_LLD ld.lld)
+  if(MOE_LD_LLD)
+    add_link_options($<$<LINK_LANGUAGE:C,CXX>:-fuse-ld=lld>)
+  else()
+    message(STATUS "MOE_LINKER=lld but no ld.lld: the compiler's default linker")
+  endif()
+endif()
+
 function(moe_target_defaults target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${MOE_WARNINGS}>)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}>
@@ -77,6 +96,12 @@ function(moe_add_library name)
     moe_target_defaults(${name})
     if(ARG_HOT AND MOE_SANITIZE_FLAGS)
       target_compile_options(${name} PRIVATE ${MOE_SANITIZE_HOT_OPT})
+    endif()
+    # Coverage feedback for the fuzzers from every library they link (the libFuzzer main only
+    # on fuzzers). Tests and service mains, which no fuzzer links, compile without it: a test
+    # TU took 11.5 s with it against 9.7 s without (clang 14, ASan, -O0).
+    if(MOE_FUZZ)
+      target_compile_options(${name} PRIVATE -fsanitize=fuzzer-no-link)
     endif()
     target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   else()
