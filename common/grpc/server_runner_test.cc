@@ -236,37 +236,40 @@ TEST(ChannelFactoryTest, RejectsBadClientOptions) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("ca_file")));
 }
 
+// A server behind a FaultProxy: the channel tests dial proxy_->port().
+class ChannelThroughProxyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    runner_.AddService(&service_);
+    ASSERT_OK(runner_.Start());
+    ASSERT_OK_AND_ASSIGN(proxy_, FaultProxy::Start(runner_.port()));
+  }
+  FakeKvStore service_;
+  ServerRunner runner_{Loopback()};
+  std::unique_ptr<FaultProxy> proxy_;
+};
+
 // A connection attempt is given connect_timeout, however short the reconnect backoff: each
 // chunk through the proxy waits 300 ms, so the server's SETTINGS frame comes after the first
 // 100 ms backoff. (gRPC takes its connect timeout from the minimum backoff; when that was set
 // to the initial backoff, this first fail-fast call failed UNAVAILABLE: "connection attempt
 // timed out before receiving SETTINGS frame", seen with mTLS under ASan beside other tests.)
-TEST(ChannelFactoryTest, ASlowHandshakeIsGivenTheConnectTimeoutNotTheBackoff) {
-  ServerRunner runner(Loopback());
-  FakeKvStore service;
-  runner.AddService(&service);
-  ASSERT_OK(runner.Start());
-  ASSERT_OK_AND_ASSIGN(auto proxy, FaultProxy::Start(runner.port()));
-  proxy->Set({.mode = FaultProxy::Mode::kDelay, .delay = absl::Milliseconds(300)});
+TEST_F(ChannelThroughProxyTest, ASlowHandshakeIsGivenTheConnectTimeoutNotTheBackoff) {
+  proxy_->Set({.mode = FaultProxy::Mode::kDelay, .delay = absl::Milliseconds(300)});
   kv_store::v1::StatsResponse res;
-  const ::grpc::Status s =
-      CallStats(*Stub(proxy->port(), {.initial_reconnect_backoff = absl::Milliseconds(100)}), &res);
+  const ::grpc::Status s = CallStats(
+      *Stub(proxy_->port(), {.initial_reconnect_backoff = absl::Milliseconds(100)}), &res);
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(res.corrupt_blocks_dropped(), 7);
 }
 
 // ...and an attempt that outlives connect_timeout fails, so a fail-fast call to a peer that
 // accepts and never answers ends UNAVAILABLE, not DEADLINE_EXCEEDED at its own 5 s deadline.
-TEST(ChannelFactoryTest, AnAttemptPastTheConnectTimeoutFailsTheCall) {
-  ServerRunner runner(Loopback());
-  FakeKvStore service;
-  runner.AddService(&service);
-  ASSERT_OK(runner.Start());
-  ASSERT_OK_AND_ASSIGN(auto proxy, FaultProxy::Start(runner.port()));
-  proxy->Set({.mode = FaultProxy::Mode::kBlackHole});
+TEST_F(ChannelThroughProxyTest, AnAttemptPastTheConnectTimeoutFailsTheCall) {
+  proxy_->Set({.mode = FaultProxy::Mode::kBlackHole});
   kv_store::v1::StatsResponse res;
   const ::grpc::Status s =
-      CallStats(*Stub(proxy->port(), {.connect_timeout = absl::Milliseconds(200)}), &res);
+      CallStats(*Stub(proxy_->port(), {.connect_timeout = absl::Milliseconds(200)}), &res);
   EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }
 

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <string>
 
+#include "common/process/process_test_util.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -22,15 +23,8 @@ using ::moe::common::testing::IsOkAndHolds;
 using ::moe::common::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// Generous: these are deadlines for things that take milliseconds, never waits.
-constexpr absl::Duration kLong = absl::Seconds(30);
-
-std::unique_ptr<ChildProcess> Shell(const std::string& script, std::string stderr_path = "") {
-  auto child = ChildProcess::Spawn(
-      {.argv = {"/bin/sh", "-c", script}, .stderr_path = std::move(stderr_path)});
-  EXPECT_OK(child.status());
-  return child.ok() ? *std::move(child) : nullptr;
-}
+using testing::kLong;
+using testing::Shell;
 
 class ChildProcessTest : public ::testing::Test {
  protected:

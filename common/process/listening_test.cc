@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/process/process_test_util.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,13 +14,8 @@ using ::moe::common::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kLineWait = absl::Seconds(30);
-
-std::unique_ptr<ChildProcess> ShellChild(const std::string& script) {
-  auto child = ChildProcess::Spawn({.argv = {"/bin/sh", "-c", script}});
-  EXPECT_OK(child.status());
-  return child.ok() ? *std::move(child) : nullptr;
-}
+using testing::kLong;
+using testing::Shell;
 
 TEST(ListeningLineTest, ParsesThePortsItHas) {
   ASSERT_OK_AND_ASSIGN(ListeningPorts p,
@@ -38,24 +34,23 @@ TEST(ListeningLineTest, RejectsOtherLines) {
 }
 
 TEST(ListeningLineTest, WaitSkipsEarlierLines) {
-  auto child =
-      ShellChild(R"(echo starting; echo '{"event":"listening","http":8080}'; exec sleep 1000)");
+  auto child = Shell(R"(echo starting; echo '{"event":"listening","http":8080}'; exec sleep 1000)");
   std::vector<std::string> others;
   ASSERT_OK_AND_ASSIGN(
       ListeningPorts p,
-      WaitForListeningLine(*child, kLineWait, [&](const std::string& l) { others.push_back(l); }));
+      WaitForListeningLine(*child, kLong, [&](const std::string& l) { others.push_back(l); }));
   EXPECT_EQ(p.http, 8080);
   EXPECT_THAT(others, ElementsAre("starting"));
 }
 
 TEST(ListeningLineTest, WaitReportsAChildThatExitsFirst) {
-  auto child = ShellChild("echo nope; exit 2");
-  EXPECT_THAT(WaitForListeningLine(*child, kLineWait),
+  auto child = Shell("echo nope; exit 2");
+  EXPECT_THAT(WaitForListeningLine(*child, kLong),
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("exited with code 2")));
 }
 
 TEST(ListeningLineTest, WaitTimesOut) {
-  auto child = ShellChild("exec sleep 1000");
+  auto child = Shell("exec sleep 1000");
   EXPECT_THAT(WaitForListeningLine(*child, absl::Milliseconds(50)),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
 }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/process/process_test_util.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -24,7 +25,7 @@ using ::moe::common::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kSupervisorWait = absl::Seconds(30);
+using testing::kLong;
 
 // A member that prints a line, its listening line (http = `port`), another line, and then runs
 // until a signal ends it (SIGTERM is ignored when `ignore_term`: it survives until SIGKILL).
@@ -48,9 +49,9 @@ class SupervisorTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   SupervisorOptions Options() {
-    return {.stop_grace = kSupervisorWait,
-            .output_fd = out_fd_,
-            .log = [this](const std::string& line) { log_.push_back(line); }};
+    return {.stop_grace = kLong, .output_fd = out_fd_, .log = [this](const std::string& line) {
+              log_.push_back(line);
+            }};
   }
   std::string Output() {
     std::ifstream in(out_path_);
@@ -65,10 +66,8 @@ class SupervisorTest : public ::testing::Test {
 TEST_F(SupervisorTest, StartsInOrderAndStopsInReverse) {
   {
     Supervisor group(Options());
-    ASSERT_OK_AND_ASSIGN(const Supervisor::Member* a,
-                         group.Start("a-0", Service(1001), kSupervisorWait));
-    ASSERT_OK_AND_ASSIGN(const Supervisor::Member* b,
-                         group.Start("b-0", Service(1002), kSupervisorWait));
+    ASSERT_OK_AND_ASSIGN(const Supervisor::Member* a, group.Start("a-0", Service(1001), kLong));
+    ASSERT_OK_AND_ASSIGN(const Supervisor::Member* b, group.Start("b-0", Service(1002), kLong));
     EXPECT_EQ(a->ports.http, 1001);
     EXPECT_EQ(b->ports.http, 1002);
     ASSERT_EQ(group.members().size(), 2u);
@@ -87,18 +86,17 @@ TEST_F(SupervisorTest, StartsInOrderAndStopsInReverse) {
 
 TEST_F(SupervisorTest, StartFailsWhenTheChildExitsBeforeListening) {
   Supervisor group(Options());
-  EXPECT_THAT(group.Start("x-0", {.argv = {"/bin/sh", "-c", "exit 3"}}, kSupervisorWait),
+  EXPECT_THAT(group.Start("x-0", {.argv = {"/bin/sh", "-c", "exit 3"}}, kLong),
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("x-0 exited with code 3")));
-  EXPECT_THAT(group.Start("y-0", {.argv = {dir_ + "/missing"}}, kSupervisorWait),
+  EXPECT_THAT(group.Start("y-0", {.argv = {dir_ + "/missing"}}, kLong),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("y-0: ")));
   EXPECT_TRUE(group.members().empty());
 }
 
 TEST_F(SupervisorTest, StopKillsAMemberThatIgnoresSigterm) {
   Supervisor group({.stop_grace = absl::Milliseconds(100), .output_fd = -1, .log = Options().log});
-  ASSERT_OK_AND_ASSIGN(
-      const Supervisor::Member* m,
-      group.Start("stubborn-0", Service(1001, /*ignore_term=*/true), kSupervisorWait));
+  ASSERT_OK_AND_ASSIGN(const Supervisor::Member* m,
+                       group.Start("stubborn-0", Service(1001, /*ignore_term=*/true), kLong));
   group.StopAll();
   EXPECT_EQ(m->child->TryWait(), 128 + SIGKILL);
   EXPECT_THAT(log_,
@@ -107,11 +105,10 @@ TEST_F(SupervisorTest, StopKillsAMemberThatIgnoresSigterm) {
 
 TEST_F(SupervisorTest, WaitReadyProbesUntilTrue) {
   Supervisor group(Options());
-  ASSERT_OK_AND_ASSIGN(const Supervisor::Member* m,
-                       group.Start("a-0", Service(1001), kSupervisorWait));
+  ASSERT_OK_AND_ASSIGN(const Supervisor::Member* m, group.Start("a-0", Service(1001), kLong));
   int calls = 0;
   EXPECT_OK(group.WaitReady(
-      *m, [&]() -> absl::StatusOr<bool> { return ++calls == 3; }, absl::Now() + kSupervisorWait,
+      *m, [&]() -> absl::StatusOr<bool> { return ++calls == 3; }, absl::Now() + kLong,
       absl::Milliseconds(1)));
   EXPECT_EQ(calls, 3);
   EXPECT_THAT(group.WaitReady(
@@ -122,20 +119,17 @@ TEST_F(SupervisorTest, WaitReadyProbesUntilTrue) {
 
 TEST_F(SupervisorTest, WaitReadyEndsWhenTheMemberExits) {
   Supervisor group(Options());
-  ASSERT_OK_AND_ASSIGN(const Supervisor::Member* m,
-                       group.Start("a-0", Service(1001), kSupervisorWait));
+  ASSERT_OK_AND_ASSIGN(const Supervisor::Member* m, group.Start("a-0", Service(1001), kLong));
   m->child->Signal(SIGKILL);
   EXPECT_THAT(group.WaitReady(
-                  *m, [] { return absl::StatusOr<bool>(false); }, absl::Now() + kSupervisorWait,
-                  kSupervisorWait),
+                  *m, [] { return absl::StatusOr<bool>(false); }, absl::Now() + kLong, kLong),
               StatusIs(absl::StatusCode::kOutOfRange, "a-0 exited before it was ready"));
 }
 
 TEST_F(SupervisorTest, WaitReportsAMemberThatExits) {
   Supervisor group(Options());
-  ASSERT_OK(group.Start("a-0", Service(1001), kSupervisorWait).status());
-  ASSERT_OK_AND_ASSIGN(const Supervisor::Member* b,
-                       group.Start("b-0", Service(1002), kSupervisorWait));
+  ASSERT_OK(group.Start("a-0", Service(1001), kLong).status());
+  ASSERT_OK_AND_ASSIGN(const Supervisor::Member* b, group.Start("b-0", Service(1002), kLong));
   b->child->Signal(SIGKILL);
   const Supervisor::Event e = group.WaitForSignalOrExit({SIGUSR1});
   EXPECT_EQ(e.signal, 0);
@@ -153,7 +147,7 @@ TEST_F(SupervisorTest, WaitTakesABlockedSignal) {
   ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &set, &old), 0);
   {
     Supervisor group(Options());
-    ASSERT_OK(group.Start("a-0", Service(1001), kSupervisorWait).status());
+    ASSERT_OK(group.Start("a-0", Service(1001), kLong).status());
     ASSERT_EQ(::kill(::getpid(), SIGUSR1), 0);
     const Supervisor::Event e = group.WaitForSignalOrExit({SIGINT, SIGUSR1});
     EXPECT_EQ(e.signal, SIGUSR1);
