@@ -1,6 +1,12 @@
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
+#include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -9,8 +15,10 @@
 #include "common/base/hash.h"
 #include "common/base/ids.h"
 #include "common/base/listening_line.h"
+#include "common/base/memory.h"
 #include "common/base/secret.h"
 #include "common/base/status_macros.h"
+#include "common/base/thread.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/free_port.h"
 #include "common/testing/status_matchers.h"
@@ -39,6 +47,49 @@ absl::Status Validate(int v) {
   RETURN_IF_ERROR(ParsePositive(v));
   RETURN_IF_ERROR(absl::OkStatus());
   return absl::OkStatus();
+}
+
+// Freed buffers come back without new page faults (with glibc's defaults the heap top is
+// trimmed past 128 KiB and the second round faults every page in again).
+TEST(MemoryTest, FreedBuffersAreReusedWithoutNewPageFaults) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator replaces glibc malloc";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's allocator replaces glibc malloc";
+#endif
+#endif
+  RetainFreedMemory();
+  auto faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+  };
+  long second_round = 0;
+  for (int round = 0; round < 2; ++round) {
+    const long before = faults();
+    std::vector<std::string> blocks;
+    for (int i = 0; i < 128; ++i) blocks.emplace_back(64 << 10, static_cast<char>('a' + i % 26));
+    if (round == 1) second_round = faults() - before;
+  }
+  EXPECT_LT(second_round, 100) << "128 x 64 KiB = 2048 pages";
+}
+
+TEST(ThreadTest, NameAndNiceApplyToTheCallingThreadOnly) {
+  const int main_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  std::string comm;
+  int nice = -100;
+  std::thread t([&] {
+    BecomeBackgroundThread("moe-thread-test-long-name");  // SetCurrentThread{Name,Nice}
+    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+    std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/comm");
+    std::getline(in, comm);
+    nice = getpriority(PRIO_PROCESS, tid);
+  });
+  t.join();
+  EXPECT_EQ(comm, "moe-thread-test");  // the first 15 bytes
+  EXPECT_EQ(nice, kBackgroundNice);
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))), main_nice);
 }
 
 TEST(StatusMacrosTest, AssignOrReturnPropagatesValueAndError) {

@@ -1,5 +1,8 @@
 #include "common/engine/kv_cache.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -41,9 +44,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
       layout.num_blocks * layout.block_size * layout.num_kv_heads * layout.head_dim;
   std::vector<Buffer> k, v;
   for (int64_t l = 0; l < options.num_layers; ++l) {
-    // calloc: large zeroed allocations come straight from mmap, so untouched blocks cost no RSS.
-    Buffer kb(static_cast<float*>(std::calloc(static_cast<size_t>(floats), sizeof(float))));
-    Buffer vb(static_cast<float*>(std::calloc(static_cast<size_t>(floats), sizeof(float))));
+    Buffer kb = Allocate(static_cast<size_t>(floats) * sizeof(float));
+    Buffer vb = Allocate(static_cast<size_t>(floats) * sizeof(float));
     if (kb == nullptr || vb == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("kv cache: cannot allocate ", 2 * floats * sizeof(float), " bytes"));
@@ -52,6 +54,26 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
     v.push_back(std::move(vb));
   }
   return std::unique_ptr<KvCache>(new KvCache(layout, std::move(k), std::move(v)));
+}
+
+void KvCache::UnmapDeleter::operator()(float* p) const { munmap(p, bytes); }
+
+KvCache::Buffer KvCache::Allocate(size_t bytes) {
+  constexpr size_t kHuge = 2 << 20;
+  const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Over-map by one huge page, then trim the ends so the mapping starts on a 2 MiB boundary.
+  void* raw = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return Buffer(nullptr, UnmapDeleter{});
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t end = start + size + kHuge;
+  if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
+  void* p = reinterpret_cast<void*>(aligned);
+  // Advice only: without THP ("never") the memory is plain 4 KiB pages, as before.
+  (void)madvise(p, size, MADV_HUGEPAGE);
+  return Buffer(static_cast<float*>(p), UnmapDeleter{size});
 }
 
 KvCache::KvCache(const kernels::PagedKvLayout& layout, std::vector<Buffer> k, std::vector<Buffer> v)

@@ -28,6 +28,7 @@
 #include "services/gateway/core/gateway.h"
 #include "services/gateway/core/gateway_metrics.h"
 #include "services/gateway/core/request_id.h"
+#include "services/gateway/ws_session.h"
 
 namespace moe::gateway {
 namespace {
@@ -37,6 +38,10 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+using internal::WsSession;
+using internal::WsSessionLimits;
+using internal::WsSessionRegistry;
+using internal::WsWriter;
 
 class Server;
 
@@ -73,7 +78,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Hands the socket to a WebSocket session (or answers the upgrade with the rejection).
   void Upgrade(http::request<http::string_body> req, HttpRequest request);
   void WatchForDisconnect(uint64_t seq);
-  void Enqueue(std::string bytes);
+  // Queues bytes and starts writing them, or with `defer` a moment later (after the handlers
+  // already posted to this connection), so what they queue goes out in the same send.
+  void Enqueue(std::string bytes, bool defer = false);
   void RunFlushed();
   void RunWritable();
   // out_bytes_ += delta, and the server-wide moe_gateway_pending_write_bytes with it.
@@ -100,6 +107,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::string> out_;
   int64_t out_bytes_ = 0;  // bytes in out_, bounded by max_pending_write_bytes
   bool writing_ = false;
+  bool flush_posted_ = false;  // a deferred Enqueue's DoWrite is posted
   bool response_complete_ = false;
   std::function<void()> on_flushed_;  // WhenFlushed's callback, waiting for the bytes to leave
   // WhenWritable's callback (the backend's next read), waiting for out_bytes_ to fall to
@@ -108,65 +116,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::function<void()> on_writable_;
   std::string client_;
   bool handed_over_ = false;  // the socket belongs to a WebSocket session now
-};
-
-// One WebSocket (after the upgrade). All members are used on the socket's strand only.
-class WsSession : public std::enable_shared_from_this<WsSession> {
- public:
-  WsSession(beast::tcp_stream stream, Server* server);
-  ~WsSession();
-
-  // Completes the handshake of `req` (with `subprotocol` when not empty), then reads messages
-  // into `handler` until the socket ends.
-  void Accept(http::request<http::string_body> req, std::shared_ptr<WebSocketHandler> handler,
-              std::string subprotocol);
-  // From any thread (WsWriter and Server::Stop post here).
-  void OnSendText(std::string text);
-  void OnClose(uint16_t code, std::string reason);
-  // Answers the upgrade request with `res` instead and closes.
-  void Reject(http::response<http::string_body> res);
-  net::any_io_executor executor() { return ws_.get_executor(); }
-
- private:
-  void DoRead();
-  void DoWrite();
-  void Finish();
-
-  websocket::stream<beast::tcp_stream> ws_;
-  Server* const server_;
-  std::shared_ptr<WebSocketHandler> handler_;
-  beast::flat_buffer buffer_;
-  struct Out {
-    bool close = false;
-    uint16_t code = 1000;
-    std::string data;
-  };
-  std::deque<Out> out_;
-  int64_t queued_bytes_ = 0;
-  bool open_ = false;  // handshake done
-  bool writing_ = false;
-  bool closing_ = false;  // a close frame is queued or sent
-  bool finished_ = false;
-};
-
-class WsWriter final : public WebSocketWriter {
- public:
-  explicit WsWriter(std::weak_ptr<WsSession> session) : session_(std::move(session)) {}
-  void SendText(std::string message) override {
-    if (std::shared_ptr<WsSession> s = session_.lock()) {
-      net::post(s->executor(),
-                [s, m = std::move(message)]() mutable { s->OnSendText(std::move(m)); });
-    }
-  }
-  void Close(uint16_t code, std::string reason) override {
-    if (std::shared_ptr<WsSession> s = session_.lock()) {
-      net::post(s->executor(),
-                [s, code, r = std::move(reason)]() mutable { s->OnClose(code, std::move(r)); });
-    }
-  }
-
- private:
-  const std::weak_ptr<WsSession> session_;
 };
 
 // Calls its function once: from Run(), or at the latest when destroyed.
@@ -231,7 +180,7 @@ class Writer final : public ResponseWriter {
   const uint64_t seq_;
 };
 
-class Server final : public HttpServer {
+class Server final : public HttpServer, public WsSessionRegistry {
  public:
   Server(const HttpOptions& options, Handler handler, UpgradeHandler upgrade,
          GatewayMetrics& metrics)
@@ -316,13 +265,13 @@ class Server final : public HttpServer {
   const Handler& handler() const { return handler_; }
   const UpgradeHandler& upgrade() const { return upgrade_; }
   // A WebSocket session counts as an open connection while it lives.
-  void RegisterSession(WsSession* s, std::weak_ptr<WsSession> weak) {
+  void RegisterSession(WsSession* s, std::weak_ptr<WsSession> weak) override {
     std::lock_guard<std::mutex> lock(mu_);
     sessions_[s] = std::move(weak);
     open_.fetch_add(1);
     metrics_.connections_open.Increment();
   }
-  void UnregisterSession(WsSession* s) {
+  void UnregisterSession(WsSession* s) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       sessions_.erase(s);
@@ -580,7 +529,10 @@ void Connection::OnRead(beast::error_code ec) {
 }
 
 void Connection::Upgrade(http::request<http::string_body> req, HttpRequest request) {
-  auto session = std::make_shared<WsSession>(std::move(stream_), server_);
+  auto session = std::make_shared<WsSession>(
+      std::move(stream_), *server_,
+      WsSessionLimits{.max_message_bytes = server_->options().max_ws_message_bytes,
+                      .max_send_queue_bytes = server_->options().max_ws_send_queue_bytes});
   handed_over_ = true;
   state_ = State::kClosed;
   UpgradeResult result =
@@ -672,7 +624,9 @@ void Connection::OnStartStream(uint64_t seq, int status, HttpHeaders headers) {
       break;
     }
   }
-  Enqueue(Header(status, content_type, headers, std::nullopt, true));
+  // The first chunk is usually posted right behind (CompletionSession starts the stream with
+  // its first token): headers and chunk in one send, one wake-up of the client instead of two.
+  Enqueue(Header(status, content_type, headers, std::nullopt, true), /*defer=*/true);
 }
 
 void Connection::OnWrite(uint64_t seq, std::string data) {
@@ -695,7 +649,7 @@ void Connection::AddOutBytes(int64_t delta) {
   server_->AddPendingWriteBytes(delta);
 }
 
-void Connection::Enqueue(std::string bytes) {
+void Connection::Enqueue(std::string bytes, bool defer) {
   if (state_ == State::kClosed) return;
   AddOutBytes(static_cast<int64_t>(bytes.size()));
   if (out_bytes_ > server_->options().max_pending_write_bytes) {
@@ -705,7 +659,16 @@ void Connection::Enqueue(std::string bytes) {
     return;
   }
   out_.push_back(std::move(bytes));
-  if (!writing_) DoWrite();
+  if (writing_ || flush_posted_) return;  // OnWritten or the posted flush sends it
+  if (!defer) {
+    DoWrite();
+    return;
+  }
+  flush_posted_ = true;
+  net::post(stream_.get_executor(), [self = shared_from_this()] {
+    self->flush_posted_ = false;
+    if (self->state_ != State::kClosed && !self->writing_ && !self->out_.empty()) self->DoWrite();
+  });
 }
 
 void Connection::OnWhenFlushed(uint64_t seq, std::function<void()> fn) {
@@ -841,127 +804,6 @@ void Connection::Drain() {
                               self->Drain();
                             }
                           });
-}
-
-WsSession::WsSession(beast::tcp_stream stream, Server* server)
-    : ws_(std::move(stream)), server_(server) {}
-
-WsSession::~WsSession() {
-  if (open_) server_->UnregisterSession(this);
-}
-
-void WsSession::Reject(http::response<http::string_body> res) {
-  auto r = std::make_shared<http::response<http::string_body>>(std::move(res));
-  http::async_write(ws_.next_layer(), *r,
-                    [self = shared_from_this(), r](beast::error_code, size_t) {
-                      beast::error_code ignored;
-                      self->ws_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
-                      self->ws_.next_layer().close();
-                    });
-}
-
-void WsSession::Accept(http::request<http::string_body> req,
-                       std::shared_ptr<WebSocketHandler> handler, std::string subprotocol) {
-  handler_ = std::move(handler);
-  open_ = true;
-  server_->RegisterSession(this, weak_from_this());
-  ws_.next_layer().expires_never();
-  // Pings keep idle sessions alive through proxies; a peer silent past the timeout is gone.
-  ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-  ws_.set_option(websocket::stream_base::decorator([subprotocol](websocket::response_type& res) {
-    res.set(http::field::server, "moe-gateway");
-    if (!subprotocol.empty()) res.set(http::field::sec_websocket_protocol, subprotocol);
-  }));
-  ws_.read_message_max(static_cast<uint64_t>(server_->options().max_ws_message_bytes));
-  auto r = std::make_shared<http::request<http::string_body>>(std::move(req));
-  ws_.async_accept(*r, [self = shared_from_this(), r](beast::error_code ec) {
-    if (ec) {
-      self->Finish();
-      return;
-    }
-    self->DoRead();
-    if (!self->out_.empty() && !self->writing_) self->DoWrite();
-  });
-}
-
-void WsSession::DoRead() {
-  ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
-    if (ec) {
-      self->Finish();
-      return;
-    }
-    std::string message = beast::buffers_to_string(self->buffer_.data());
-    self->buffer_.consume(self->buffer_.size());
-    if (self->handler_ != nullptr) {
-      if (self->ws_.got_text()) {
-        self->handler_->OnText(std::move(message));
-      } else {
-        self->handler_->OnBinary(std::move(message));
-      }
-    }
-    self->DoRead();
-  });
-}
-
-void WsSession::OnSendText(std::string text) {
-  if (finished_ || closing_) return;
-  queued_bytes_ += static_cast<int64_t>(text.size());
-  if (queued_bytes_ > server_->options().max_ws_send_queue_bytes) {
-    // The client does not read: drop what is queued and end the session.
-    out_.clear();
-    queued_bytes_ = 0;
-    OnClose(1008, "client too slow: send queue full");
-    return;
-  }
-  out_.push_back({.data = std::move(text)});
-  if (!writing_ && ws_.is_open()) DoWrite();
-}
-
-void WsSession::OnClose(uint16_t code, std::string reason) {
-  if (finished_ || closing_) return;
-  closing_ = true;
-  if (reason.size() > 123) reason.resize(123);
-  out_.push_back({.close = true, .code = code, .data = std::move(reason)});
-  if (!writing_ && ws_.is_open()) DoWrite();
-}
-
-void WsSession::DoWrite() {
-  if (out_.empty() || finished_) return;
-  writing_ = true;
-  Out& front = out_.front();
-  if (front.close) {
-    ws_.async_close(
-        websocket::close_reason(static_cast<websocket::close_code>(front.code), front.data),
-        [self = shared_from_this()](beast::error_code) {
-          self->writing_ = false;
-          self->out_.clear();
-          // The read loop ends when the peer answers the close (or the timeout).
-        });
-    return;
-  }
-  ws_.text(true);
-  ws_.async_write(net::buffer(front.data),
-                  [self = shared_from_this()](beast::error_code ec, size_t) {
-                    self->writing_ = false;
-                    if (ec) {
-                      self->out_.clear();
-                      return;  // the read side sees the failure too and finishes
-                    }
-                    self->queued_bytes_ -= static_cast<int64_t>(self->out_.front().data.size());
-                    self->out_.pop_front();
-                    self->DoWrite();
-                  });
-}
-
-void WsSession::Finish() {
-  if (finished_) return;
-  finished_ = true;
-  out_.clear();
-  std::shared_ptr<WebSocketHandler> handler = std::move(handler_);
-  if (handler != nullptr) handler->OnClosed();
-  beast::error_code ignored;
-  ws_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
-  ws_.next_layer().close();
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "common/base/clock.h"
 #include "common/base/listening_line.h"
 #include "common/base/log.h"
+#include "common/base/memory.h"
 #include "common/config/loader.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
@@ -29,6 +30,7 @@ const common::config::FlagAlias kAliases[] = {
 };
 
 absl::Status Run(int argc, char** argv) {
+  common::RetainFreedMemory();  // before any thread allocates (common/base/memory.h)
   auto loaded = common::config::LoadServiceOptions<kv_store::KvStoreOptions>(argc, argv, kAliases);
   if (!loaded.ok()) return loaded.status();
   if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/hash.h"
 #include "common/base/log.h"
+#include "common/base/thread.h"
 #include "common/grpc/status.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -119,6 +120,7 @@ class KvStoreClient::Impl {
   std::optional<CachedResponse> LookupResponse(const kv::BlockHash& key);
   void StoreResponse(const kv::BlockHash& key, const CachedResponse& response);
   bool Flush(absl::Duration timeout);
+  void SetEngineBusy(bool busy);
 
  private:
   struct Target {
@@ -137,6 +139,7 @@ class KvStoreClient::Impl {
     size_t target = 0;
     std::string data;
     uint64_t checksum = 0;
+    absl::Time queued_at;
   };
   struct ResponseItem {
     kv::BlockHash key;
@@ -177,6 +180,9 @@ class KvStoreClient::Impl {
     }
   }
   void WorkerLoop();
+  // When the queue's first block may be sent: after put_idle_delay of an idle engine, at most
+  // put_max_delay after it was queued; at once while Flush waits.
+  absl::Time PutDueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const KvStoreClientOptions options_;
@@ -195,6 +201,9 @@ class KvStoreClient::Impl {
   int64_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // reserved, queued and in flight
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool engine_busy_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time engine_idle_since_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  int flushing_ ABSL_GUARDED_BY(mu_) = 0;  // Flush calls waiting
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -463,6 +472,7 @@ int64_t KvStoreClient::Impl::Store(const kv::BlockHash& shard_key,
     read(static_cast<size_t>(i),
          {reinterpret_cast<uint8_t*>(item->data.data()), item->data.size()});
     item->checksum = XXH3_64bits(item->data.data(), item->data.size());
+    item->queued_at = absl::Now();
     items.push_back(std::move(item));
   }
   {
@@ -478,15 +488,33 @@ int64_t KvStoreClient::Impl::Store(const kv::BlockHash& shard_key,
 }
 
 void KvStoreClient::Impl::WorkerLoop() {
+  // Write-behind: yields the cores to the engine's threads (a full queue drops, counted).
+  common::BecomeBackgroundThread("kv-put");
   for (;;) {
     std::vector<std::shared_ptr<PutItem>> batch;
     std::optional<ResponseItem> response;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty() || !responses_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
+      // Wakes on a new item, a change of the engine's state, a Flush or the stop; sends when
+      // a response is queued or the first block is due (PutDueLocked).
+      for (;;) {
+        const bool busy = engine_busy_;
+        const int flushing = flushing_;
+        const bool had_queue = !queue_.empty();
+        auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !responses_.empty() || engine_busy_ != busy ||
+                 flushing_ != flushing || !queue_.empty() != had_queue;
+        };
+        if (stopping_ || !responses_.empty()) break;
+        if (had_queue) {
+          const absl::Time due = PutDueLocked();
+          const absl::Time now = absl::Now();
+          if (now >= due) break;
+          mu_.AwaitWithTimeout(absl::Condition(&changed), due - now);
+        } else {
+          mu_.Await(absl::Condition(&changed));
+        }
+      }
       if (stopping_) return;
       if (!responses_.empty()) {
         response = std::move(responses_.front());
@@ -549,12 +577,28 @@ void KvStoreClient::Impl::WorkerLoop() {
   }
 }
 
+absl::Time KvStoreClient::Impl::PutDueLocked() const {
+  if (flushing_ > 0) return absl::InfinitePast();
+  const absl::Time latest = queue_.front()->queued_at + options_.put_max_delay;
+  if (engine_busy_) return latest;
+  return std::min(latest, engine_idle_since_ + options_.put_idle_delay);
+}
+
+void KvStoreClient::Impl::SetEngineBusy(bool busy) {
+  absl::MutexLock lock(&mu_);
+  engine_busy_ = busy;
+  if (!busy) engine_idle_since_ = absl::Now();
+}
+
 bool KvStoreClient::Impl::Flush(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  ++flushing_;
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queue_.empty() && responses_.empty() && in_flight_ == 0;
   };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  const bool done = mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  --flushing_;
+  return done;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -653,6 +697,7 @@ int64_t KvStoreClient::Store(const kv::BlockHash& shard_key, std::span<const kv:
                              absl::FunctionRef<void(size_t, std::span<uint8_t>)> read) {
   return impl_->Store(shard_key, hashes, read);
 }
+void KvStoreClient::SetEngineBusy(bool busy) { impl_->SetEngineBusy(busy); }
 bool KvStoreClient::response_cache_enabled() const { return impl_->response_cache(); }
 std::optional<CachedResponse> KvStoreClient::LookupResponse(const kv::BlockHash& key) {
   return impl_->LookupResponse(key);

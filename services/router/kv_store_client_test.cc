@@ -200,6 +200,66 @@ TEST_F(KvStoreClientTest, RouterBServesRouterAsPrefixWithTheSameGreedyTokens) {
   EXPECT_EQ(store_->core().Lookup(chain).num_cached_blocks, static_cast<int32_t>(chain.size()));
 }
 
+// The write-behind yields to requests: nothing is sent while the engine is busy, blocks go out
+// once it has been idle for put_idle_delay, or put_max_delay after queueing; Flush sends at once.
+TEST_F(KvStoreClientTest, PutsWaitForAnIdleEngineUpToTheirMaxDelayAndFlushSendsAtOnce) {
+  common::metrics::Registry registry;
+  const std::vector<int64_t> dims = {1, 2, 2, 1, 4};  // 64-byte blocks
+  auto make = [&](absl::Duration idle, absl::Duration max) {
+    KvStoreClientOptions k;
+    k.targets = {address_};
+    k.put_idle_delay = idle;
+    k.put_max_delay = max;
+    auto c = KvStoreClient::Create(k, dims, registry, common::SystemClock::Get());
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::move(*c);
+  };
+  auto chain = [](uint64_t base) {
+    std::vector<kv::BlockHash> out;
+    for (uint64_t i = 0; i < 3; ++i) out.push_back({base + i, 7});
+    return out;
+  };
+  auto store = [](KvStoreClient& c, const std::vector<kv::BlockHash>& hashes) {
+    EXPECT_EQ(c.Store(hashes[0], hashes,
+                      [](size_t i, std::span<uint8_t> dst) {
+                        std::fill(dst.begin(), dst.end(), static_cast<uint8_t>(i));
+                      }),
+              3);
+  };
+  auto stored = [&](const std::vector<kv::BlockHash>& hashes) {
+    return store_->core().Lookup(hashes).num_cached_blocks;
+  };
+  auto arrives = [&](const std::vector<kv::BlockHash>& hashes) {
+    for (int i = 0; i < 1000 && stored(hashes) < 3; ++i) absl::SleepFor(absl::Milliseconds(10));
+    return stored(hashes) == 3;
+  };
+
+  // Busy: held (the max delay is far off) until the engine is idle for the idle delay.
+  std::unique_ptr<KvStoreClient> a = make(absl::Milliseconds(100), absl::Minutes(10));
+  a->SetEngineBusy(true);
+  const auto first = chain(100);
+  store(*a, first);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(stored(first), 0);
+  a->SetEngineBusy(false);
+  EXPECT_TRUE(arrives(first));
+
+  // Busy for good: sent at the max delay.
+  std::unique_ptr<KvStoreClient> b = make(absl::Minutes(1), absl::Milliseconds(200));
+  b->SetEngineBusy(true);
+  const auto second = chain(200);
+  store(*b, second);
+  EXPECT_TRUE(arrives(second));
+
+  // Flush does not wait for the engine.
+  std::unique_ptr<KvStoreClient> c = make(absl::Minutes(1), absl::Minutes(10));
+  c->SetEngineBusy(true);
+  const auto third = chain(300);
+  store(*c, third);
+  EXPECT_TRUE(c->Flush(absl::Seconds(10)));
+  EXPECT_EQ(stored(third), 3);
+}
+
 TEST_F(KvStoreClientTest, AfterAKvStoreRestartL3HitsAreServed) {
   const std::vector<int32_t> prompt = Prompt(150, 2);
   const Result want = Reference(prompt, 8);

@@ -16,6 +16,7 @@
 #include "common/base/clock.h"
 #include "common/base/listening_line.h"
 #include "common/base/log.h"
+#include "common/base/memory.h"
 #include "common/config/loader.h"
 #include "common/grpc/callback_queue_keeper.h"
 #include "common/grpc/server_runner.h"
@@ -45,6 +46,7 @@ std::string HostName() {
 }
 
 absl::Status Run(int argc, char** argv) {
+  common::RetainFreedMemory();  // before any thread allocates (common/base/memory.h)
   auto loaded = common::config::LoadServiceOptions<router::RouterOptions>(argc, argv, kAliases);
   if (!loaded.ok()) return loaded.status();
   if (!loaded->has_value()) return absl::OkStatus();  // --help / --print_config answered

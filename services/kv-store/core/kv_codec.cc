@@ -168,17 +168,33 @@ int64_t BlockLayout::num_elements() const {
 }
 
 EncodedBlock EncodeBlock(const CodecOptions& options, const BlockLayout& layout,
-                         std::string_view raw) {
-  switch (options.mode) {
-    case CompressionMode::kNone:
-      return EncodedBlock{};
-    case CompressionMode::kInt8:
-      if (Int8Applies(layout)) return EncodeInt8(layout, raw);
-      return EncodeZstd(options, layout, raw);
-    case CompressionMode::kZstd:
-      return EncodeZstd(options, layout, raw);
+                         std::string_view raw, CompressionBackoff* backoff) {
+  if (options.mode == CompressionMode::kNone) return EncodedBlock{};
+  if (options.mode == CompressionMode::kInt8 && Int8Applies(layout)) {
+    return EncodeInt8(layout, raw);
   }
-  return EncodedBlock{};
+  if (backoff != nullptr && !backoff->ShouldTry()) return EncodedBlock{.backed_off = true};
+  EncodedBlock out = EncodeZstd(options, layout, raw);
+  if (backoff != nullptr) backoff->Record(out.codec == Codec::kShuffleZstd);
+  return out;
+}
+
+bool CompressionBackoff::ShouldTry() {
+  if (misses_.load(std::memory_order_relaxed) < kMissesBeforeBackoff) return true;
+  if (since_probe_.fetch_add(1, std::memory_order_relaxed) + 1 >= kProbeInterval) {
+    since_probe_.store(0, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+void CompressionBackoff::Record(bool paid) {
+  if (paid) {
+    misses_.store(0, std::memory_order_relaxed);
+    since_probe_.store(0, std::memory_order_relaxed);
+  } else {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 absl::Status DecodeBlock(Codec codec, const BlockLayout& layout, std::string_view payload,

@@ -19,6 +19,7 @@
 // Thread-safety: pure functions (zstd contexts are per call).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -50,7 +51,8 @@ struct BlockLayout {
 
 struct EncodedBlock {
   Codec codec = Codec::kRaw;
-  std::string payload;  // empty for kRaw when the caller keeps the raw bytes (see EncodeBlock)
+  std::string payload;      // empty for kRaw when the caller keeps the raw bytes (see EncodeBlock)
+  bool backed_off = false;  // kRaw without a zstd try: the backoff said no (EncodeBlock)
 };
 
 struct CodecOptions {
@@ -59,10 +61,34 @@ struct CodecOptions {
   double min_savings = 0.2;  // kZstd: keep compressed only when payload <= raw * (1 - this)
 };
 
+// When to stop trying zstd on blocks that do not compress. KV blocks of one model compress about
+// alike (often not at all: the f32 KV of the small preset saves under 5 %, below min_savings),
+// and a failed try still costs the shuffle and zstd of the whole block (~0.2 ms per 64 KiB, the
+// kv-store's largest Put cost). After `kMissesBeforeBackoff` blocks in a row that were kept raw,
+// only one block in `kProbeInterval` is tried; the first that pays ends the backoff. Skipped
+// blocks are kept raw, as a failed try would have kept them: only the CPU spent changes (and a
+// block that would have paid during a backoff is kept raw: at most kProbeInterval - 1 of them).
+// Thread-safe (relaxed atomics: a few extra or skipped tries under races are harmless).
+class CompressionBackoff {
+ public:
+  static constexpr int64_t kMissesBeforeBackoff = 8;
+  static constexpr int64_t kProbeInterval = 64;
+
+  // Whether to try compressing the next block.
+  bool ShouldTry();
+  // The outcome of a try: `paid` when the block was kept compressed.
+  void Record(bool paid);
+
+ private:
+  std::atomic<int64_t> misses_{0};  // tries in a row that did not pay
+  std::atomic<int64_t> since_probe_{0};
+};
+
 // Encodes `raw` (layout.num_bytes() bytes). For kRaw the payload is left empty: the caller keeps
-// `raw` itself (no copy). REQUIRES: raw.size() == layout.num_bytes().
+// `raw` itself (no copy). With `backoff`, a zstd try is made only when it says so, and its
+// outcome is recorded there. REQUIRES: raw.size() == layout.num_bytes().
 EncodedBlock EncodeBlock(const CodecOptions& options, const BlockLayout& layout,
-                         std::string_view raw);
+                         std::string_view raw, CompressionBackoff* backoff = nullptr);
 
 // Decodes `payload` of `codec` into `out` (exactly layout.num_bytes() bytes), writing each byte
 // once. kRaw copies. Errors: DATA_LOSS when the payload does not decode to that size (a corrupt

@@ -115,6 +115,48 @@ TEST(KvCodecTest, Int8LeavesNonKvLayoutsLossless) {
   EXPECT_NE(e.codec, Codec::kInt8);
 }
 
+TEST(KvCodecTest, BackoffStopsTryingBlocksThatDoNotCompressAndResumesOnOneThatDoes) {
+  const BlockLayout layout{common::DType::kF32, kDims};
+  const CodecOptions zstd{.mode = CompressionMode::kZstd, .min_savings = 0.5};  // noise: no
+  const std::string noise = Block(kDims, false, 7);
+  CompressionBackoff backoff;
+  // The first misses are all tried (kRaw, not backed off).
+  for (int64_t i = 0; i < CompressionBackoff::kMissesBeforeBackoff; ++i) {
+    const EncodedBlock e = EncodeBlock(zstd, layout, noise, &backoff);
+    EXPECT_EQ(e.codec, Codec::kRaw);
+    EXPECT_FALSE(e.backed_off) << i;
+  }
+  // Then one block in kProbeInterval is tried.
+  int64_t tried = 0;
+  for (int64_t i = 0; i < 3 * CompressionBackoff::kProbeInterval; ++i) {
+    const EncodedBlock e = EncodeBlock(zstd, layout, noise, &backoff);
+    EXPECT_EQ(e.codec, Codec::kRaw);
+    EXPECT_TRUE(e.payload.empty());
+    tried += e.backed_off ? 0 : 1;
+  }
+  EXPECT_EQ(tried, 3);
+  // A probe that pays ends the backoff: every block is tried again.
+  const std::string smooth = Block(kDims, true, 8);
+  for (int64_t i = 0; !backoff.ShouldTry(); ++i) ASSERT_LT(i, CompressionBackoff::kProbeInterval);
+  backoff.Record(true);
+  for (int i = 0; i < 4; ++i) {
+    const EncodedBlock e = EncodeBlock(zstd, layout, smooth, &backoff);
+    EXPECT_EQ(e.codec, Codec::kShuffleZstd);
+    EXPECT_TRUE(Decode(e.codec, layout, e.payload) == smooth);
+  }
+  EXPECT_FALSE(EncodeBlock(zstd, layout, noise, &backoff).backed_off);
+}
+
+TEST(KvCodecTest, BackoffLeavesInt8AndNoneAlone) {
+  const BlockLayout layout{common::DType::kF32, kDims};
+  const std::string noise = Block(kDims, false, 9);
+  CompressionBackoff backoff;
+  for (int i = 0; i < 100; ++i) backoff.Record(false);
+  EXPECT_EQ(EncodeBlock({.mode = CompressionMode::kInt8}, layout, noise, &backoff).codec,
+            Codec::kInt8);
+  EXPECT_FALSE(EncodeBlock({.mode = CompressionMode::kNone}, layout, noise, &backoff).backed_off);
+}
+
 TEST(KvCodecTest, CorruptPayloadsAreDataLoss) {
   const BlockLayout layout{common::DType::kF32, kDims};
   const std::string raw = Block(kDims, true, 6);

@@ -14,6 +14,7 @@
 #include "common/base/check.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
+#include "common/base/thread.h"
 #include "services/kv-store/core/file_store.h"
 
 namespace moe::kv_store {
@@ -160,6 +161,7 @@ class KvStoreCore::Impl {
   common::Clock& clock_;
   KvStoreMetrics metrics_;
   const CodecOptions codec_;
+  CompressionBackoff backoff_;  // zstd tries that keep not paying (kv_codec.h)
   const Fidelity fidelity_;
   std::unique_ptr<FileStore> blocks_;     // null without L3
   std::unique_ptr<FileStore> responses_;  // null without L3
@@ -363,7 +365,8 @@ absl::StatusOr<PutResult> KvStoreCore::Impl::Put(std::vector<PutBlock> blocks) {
     PutBlock& b = blocks[i];
     const absl::Time t0 = clock_.Now();
     const BlockLayout layout{b.dtype, b.dims};
-    EncodedBlock enc = EncodeBlock(codec_, layout, b.data);
+    EncodedBlock enc = EncodeBlock(codec_, layout, b.data, &backoff_);
+    if (enc.backed_off) metrics_.compression_skipped.Increment();
     L2Entry e;
     e.codec = enc.codec;
     e.dtype = b.dtype;
@@ -695,6 +698,9 @@ void KvStoreCore::Impl::FlushL3() {
 }
 
 void KvStoreCore::Impl::WriterLoop() {
+  // Write-behind: the disk tier yields the cores to the engines sharing this host (Gets never
+  // wait for this thread; a full queue drops L3 copies, counted).
+  common::BecomeBackgroundThread("kv-l3-writer");
   for (;;) {
     WriteJob job;
     {

@@ -110,6 +110,21 @@ TEST_F(KvStoreCoreTest, PutThenGetServesTheSameBytesInEveryLosslessMode) {
   }
 }
 
+TEST_F(KvStoreCoreTest, BlocksThatDoNotCompressStopBeingTriedAndAreStillServedExactly) {
+  options_.compression = CompressionMode::kZstd;
+  options_.min_savings = 0.99;  // nothing pays
+  options_.l2_bytes = 1 << 20;
+  Open();
+  const auto chain = Chain(100);
+  ASSERT_OK_AND_ASSIGN(PutResult r, core_->Put(Blocks(chain)));
+  EXPECT_EQ(r.num_stored, 100);
+  // 8 tried, then 1 in 64 of the other 92: 91 skipped, counted.
+  EXPECT_EQ(Metric("moe_kv_store_compression_skipped_total"), 91);
+  ExpectServed(core_->Get(chain, false), chain);
+  core_->FlushL3();
+  EXPECT_EQ(Metric("moe_kv_store_bytes_total", {{"tier", "l2"}, {"op", "put"}}), 100 * kBlockBytes);
+}
+
 TEST_F(KvStoreCoreTest, PutIsIdempotentPerHash) {
   Open();
   ASSERT_OK(core_->Put(Blocks(Chain(3))).status());

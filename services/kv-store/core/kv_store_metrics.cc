@@ -14,7 +14,10 @@ KvStoreMetrics::KvStoreMetrics(common::metrics::Registry& r)
       put_declined(r.AddCounter("moe_kv_store_put_declined_total",
                                 "Blocks a Put did not store (larger than L2).")),
       l3_queue_bytes(
-          r.AddGauge("moe_kv_store_l3_queue_bytes", "Bytes waiting to be written to L3.")) {
+          r.AddGauge("moe_kv_store_l3_queue_bytes", "Bytes waiting to be written to L3.")),
+      compression_skipped(r.AddCounter(
+          "moe_kv_store_compression_skipped_total",
+          "Blocks stored uncompressed without trying zstd: the blocks before them did not pay.")) {
   const char* tiers[2] = {"l2", "l3"};
   for (int t = 0; t < 2; ++t) {
     const common::metrics::Labels tier{{"tier", tiers[t]}};

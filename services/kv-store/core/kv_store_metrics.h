@@ -30,6 +30,9 @@ struct KvStoreMetrics {
   common::metrics::Counter& response_cache_queries;  // moe_response_cache_queries_total
   common::metrics::Counter& put_declined;            // moe_kv_store_put_declined_total (blocks)
   common::metrics::Gauge& l3_queue_bytes;            // moe_kv_store_l3_queue_bytes
+  // moe_kv_store_compression_skipped_total: blocks kept raw without a zstd try (kv_codec.h
+  // CompressionBackoff: recent blocks did not compress).
+  common::metrics::Counter& compression_skipped;
 
   common::metrics::Counter& Evictions(Tier tier, kv::EvictionReason reason) {
     return *evictions[static_cast<int>(tier) - 1][static_cast<int>(reason)];

@@ -95,6 +95,10 @@ class KvTier {
   virtual bool response_cache_enabled() const = 0;
   virtual std::optional<CachedResponse> LookupResponse(const kv::BlockHash& key) = 0;
   virtual void StoreResponse(const kv::BlockHash& key, const CachedResponse& response) = 0;
+
+  // The scheduler says whether the engine has sequences (on each change, from the stepping
+  // thread): a tier may hold its write-behind back while requests run. Default: ignored.
+  virtual void SetEngineBusy(bool busy) { (void)busy; }
 };
 
 // No tier below L1: disabled, every lookup misses.

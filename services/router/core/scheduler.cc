@@ -423,8 +423,18 @@ SchedulerStats Scheduler::Impl::GetStats() const {
 }
 
 void Scheduler::Impl::Loop() {
+  bool tier_busy = false;  // what the kv tier was last told (KvTier::SetEngineBusy)
   for (;;) {
     const int64_t progress = Step();
+    bool busy;
+    {
+      absl::MutexLock lock(&mu_);
+      busy = has_work_;
+    }
+    if (busy != tier_busy) {
+      kv_tier_.SetEngineBusy(busy);
+      tier_busy = busy;
+    }
     absl::MutexLock lock(&mu_);
     if (!accepting_ && (!has_work_ || clock_.Now() >= drain_deadline_)) break;
     if (progress > 0) continue;

@@ -31,6 +31,7 @@ using ::moe::router::testing::FakeModelRunner;
 using ::moe::router::testing::FakeModelRunnerOptions;
 using ::moe::router::testing::GreedyRequest;
 using ::moe::router::testing::Poll;
+using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 
 constexpr int64_t kVocab = 256;
@@ -128,6 +129,24 @@ TEST(SchedulerKvTierTest, RouterBServesThePrefixRouterAComputedWithTheSameTokens
   EXPECT_EQ(b.Metric("moe_prefix_cache_hits_total", {{"tier", "l2"}}), 9);
   EXPECT_EQ(b.Metric("moe_cached_prompt_tokens_total", {{"model", "fake"}}), 9 * kBs);
   EXPECT_EQ(b.Metric("moe_stage_seconds", {{"stage", "kv_fetch"}}), 1);
+}
+
+// The stepping loop tells the tier when the engine turns busy and idle (once per change), so its
+// write-behind can wait for the idle spells (kv_store_client.h put_idle_delay).
+TEST(SchedulerKvTierTest, TheLoopTellsTheTierWhenTheEngineTurnsBusyAndIdle) {
+  FakeKvTier tier(kBs * 8);
+  Router r(tier);
+  ASSERT_OK(r.scheduler->Start());
+  for (int i = 0; i < 2; ++i) {
+    const Collected c = testing::ReadAll(*r.Submit(GreedyRequest(Tokens(9, i), 5)));
+    EXPECT_EQ(c.finish_reason, FinishReason::kLength);
+    // The loop reports idle after the step that finished the request (not timed: polled).
+    for (int k = 0; k < 100000 && tier.engine_busy_calls().size() < 2u * (i + 1); ++k) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  EXPECT_THAT(tier.engine_busy_calls(), ElementsAre(true, false, true, false));
+  r.scheduler->Shutdown(absl::InfiniteFuture());
 }
 
 TEST(SchedulerKvTierTest, GeneratedBlocksGoToTheTierOnlyWhenAskedFor) {

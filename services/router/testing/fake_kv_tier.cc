@@ -155,4 +155,14 @@ void FakeKvTier::StoreResponse(const kv::BlockHash& key, const CachedResponse& r
   if (available_) responses_[key] = response;
 }
 
+void FakeKvTier::SetEngineBusy(bool busy) {
+  absl::MutexLock lock(&mu_);
+  engine_busy_calls_.push_back(busy);
+}
+
+std::vector<bool> FakeKvTier::engine_busy_calls() const {
+  absl::MutexLock lock(&mu_);
+  return engine_busy_calls_;
+}
+
 }  // namespace moe::router::testing

@@ -57,6 +57,8 @@ class FakeKvTier final : public KvTier {
   int64_t num_fetch_calls() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t num_response_lookups() const;
   int64_t num_responses() const;
+  // Every SetEngineBusy call, in order.
+  std::vector<bool> engine_busy_calls() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // KvTier
   bool enabled() const override { return true; }
@@ -69,6 +71,7 @@ class FakeKvTier final : public KvTier {
   bool response_cache_enabled() const override { return response_cache_; }
   std::optional<CachedResponse> LookupResponse(const kv::BlockHash& key) override;
   void StoreResponse(const kv::BlockHash& key, const CachedResponse& response) override;
+  void SetEngineBusy(bool busy) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const int64_t block_bytes_;
@@ -94,6 +97,7 @@ class FakeKvTier final : public KvTier {
   int64_t num_active_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<kv::BlockHash, CachedResponse> responses_ ABSL_GUARDED_BY(mu_);
   int64_t num_response_lookups_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> engine_busy_calls_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace moe::router::testing
