@@ -229,16 +229,15 @@ absl::StatusOr<BenchReport> SideBySide(const SuiteOptions& options, const Slo& s
                                  .router_threads = o.threads,
                                  .stderr_path = (fs::path(work) / "moe-up-embedded.log").string(),
                                  .work_dir = work}));
-  const int waves = o.quick ? 1 : 2;
-  double tok[2] = {0, 0};
-  RunningServer* pair[2] = {&embedded, &disagg};
-  for (int k = 0; k < 2; ++k) {
-    ASSIGN_OR_RETURN(auto reqs, ShortPrompts(ctx, 16 * waves, 64, 64, 17));
-    Measured m =
-        Measure(ctx, *pair[k], "topology-c16", reqs, {.max_concurrency = 16, .timeout_s = 600},
-                {{"output_tokens", 64}}, {"output_tok_s", "ttft_ms_p50", "itl_ms_p50"});
-    tok[k] = DecodeTokS(m.outcomes);
-  }
+  // Two rounds, the topologies taking turns, A B then B A (MeasureInTurns).
+  const int per_round = o.quick ? 16 : 32;
+  ASSIGN_OR_RETURN(
+      std::vector<TurnsMeasured> m,
+      MeasureInTurns(ctx, {&embedded, &disagg}, 2, "topology-c16",
+                     [&](int round) { return ShortPrompts(ctx, per_round, 64, 64, 17 + round); },
+                     {.max_concurrency = 16, .timeout_s = 600}, {{"output_tokens", 64}},
+                     {"output_tok_s", "ttft_ms_p50", "itl_ms_p50"}));
+  const double tok[2] = {m[0].decode_tok_s, m[1].decode_tok_s};
   disagg.Stop();
   embedded.Stop();
   // value = disaggregated, baseline = embedded: ratio = disaggregated / embedded.

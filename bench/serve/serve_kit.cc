@@ -1,8 +1,12 @@
 #include "bench/serve/serve_kit.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <utility>
+
+#include "common/base/status_macros.h"
 
 namespace moe::bench::serve {
 
@@ -18,16 +22,18 @@ void WriteFile(const std::string& path, const std::string& text) {
   out << text;
 }
 
-Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
-                 const std::vector<ServeRequest>& requests, const LoadOptions& load,
-                 nlohmann::json params, const Keep& keep, const std::string& tag) {
+namespace {
+
+// Measure's report of outcomes already run.
+Measured Record(Ctx& ctx, RunningServer& server, const std::string& scenario,
+                std::vector<RequestOutcome> outcomes, const LoadOptions& load,
+                nlohmann::json params, const Keep& keep, const std::string& tag) {
   Measured m;
-  params["settle_ms"] = absl::ToDoubleMilliseconds(SettleCpu());
-  m.outcomes = RunWorkload(server.port, server.model, requests, load);
+  m.outcomes = std::move(outcomes);
   m.summary = Summarize(m.outcomes, ctx.slo);
   params["scenario"] = scenario;
   params["system"] = server.system;
-  params["requests"] = requests.size();
+  params["requests"] = m.outcomes.size();
   if (load.max_concurrency > 0) params["concurrency"] = load.max_concurrency;
   for (BenchResult& r : ToResults(m.summary, ctx.slo, params)) {
     if (keep.empty() || std::find(keep.begin(), keep.end(), r.name) != keep.end()) {
@@ -65,18 +71,57 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
   return m;
 }
 
+}  // namespace
+
+Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
+                 const std::vector<ServeRequest>& requests, const LoadOptions& load,
+                 nlohmann::json params, const Keep& keep, const std::string& tag) {
+  params["settle_ms"] = absl::ToDoubleMilliseconds(SettleCpu());
+  return Record(ctx, server, scenario, RunWorkload(server.port, server.model, requests, load), load,
+                std::move(params), keep, tag);
+}
+
+absl::StatusOr<std::vector<TurnsMeasured>> MeasureInTurns(
+    Ctx& ctx, const std::vector<RunningServer*>& servers, int rounds, const std::string& scenario,
+    const std::function<absl::StatusOr<std::vector<ServeRequest>>(int round)>& make,
+    const LoadOptions& load, nlohmann::json params, const Keep& keep, const std::string& tag) {
+  const size_t n = servers.size();
+  std::vector<std::vector<RequestOutcome>> all(n);
+  std::vector<double> elapsed(n, 0), settle_ms(n, 0), decode_s(n, 0);
+  std::vector<int64_t> decode_tokens(n, 0);
+  for (int r = 0; r < rounds; ++r) {
+    ASSIGN_OR_RETURN(std::vector<ServeRequest> requests, make(r));
+    for (size_t k : TurnOrder(r, n)) {
+      settle_ms[k] += absl::ToDoubleMilliseconds(SettleCpu());
+      std::vector<RequestOutcome> out =
+          RunWorkload(servers[k]->port, servers[k]->model, requests, load);
+      const DecodeSpan span = DecodeSpanOf(out);
+      decode_tokens[k] += span.tokens;
+      decode_s[k] += span.seconds;
+      Progress(absl::StrCat(
+          scenario, " round ", r + 1, "/", rounds, " on ", servers[k]->system, ": ",
+          absl::SixDigits(span.seconds > 0 ? span.tokens / span.seconds : 0), " decode tok/s"));
+      AppendRound(std::move(out), &all[k], &elapsed[k]);
+    }
+  }
+  std::vector<TurnsMeasured> result(n);
+  for (size_t k = 0; k < n; ++k) {
+    nlohmann::json p = params;
+    p["settle_ms"] = settle_ms[k];
+    p["rounds"] = rounds;
+    p["order"] = "ABBA: the systems take turns, round by round";
+    result[k].measured =
+        Record(ctx, *servers[k], scenario, std::move(all[k]), load, std::move(p), keep, tag);
+    result[k].decode_tok_s = decode_s[k] > 0 ? decode_tokens[k] / decode_s[k] : 0;
+  }
+  return result;
+}
+
 // Output tokens after each request's first, over first-token-to-last-end: the rate at which
 // the system decodes while all streams run.
 double DecodeTokS(const std::vector<RequestOutcome>& outcomes) {
-  double first = 1e18, last = 0;
-  int64_t tokens = 0;
-  for (const RequestOutcome& o : outcomes) {
-    if (!o.ok || o.chunk_s.empty()) continue;
-    first = std::min(first, o.send_s + o.chunk_s.front());
-    last = std::max(last, o.send_s + o.e2e_s);
-    tokens += std::max<int64_t>(0, o.output_tokens - 1);
-  }
-  return last > first ? tokens / (last - first) : 0;
+  const DecodeSpan span = DecodeSpanOf(outcomes);
+  return span.seconds > 0 ? span.tokens / span.seconds : 0;
 }
 
 void AddCompared(Ctx& ctx, const std::string& name, double ours, std::optional<double> theirs,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -161,6 +162,22 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
 // Output tokens after each request's first, over first-token-to-last-end: the rate at which
 // the system decodes while all streams run.
 double DecodeTokS(const std::vector<RequestOutcome>& outcomes);
+
+// Each of `servers` (one or two) runs the same `rounds` workloads (make(r) for round r), taking
+// turns ABBA (a b, b a, a b, ...): a drift of the shared machine's speed during the scenario
+// weighs on both alike, where running one system's rounds and then the other's would hand the
+// drift to one of them. Each server's rounds are reported as one Measure of all of them (their
+// times laid back to back); decode_tok_s is the rounds' tokens over the sum of their DecodeTokS
+// spans.
+struct TurnsMeasured {
+  Measured measured;
+  double decode_tok_s = 0;
+};
+absl::StatusOr<std::vector<TurnsMeasured>> MeasureInTurns(
+    Ctx& ctx, const std::vector<RunningServer*>& servers, int rounds, const std::string& scenario,
+    const std::function<absl::StatusOr<std::vector<ServeRequest>>(int round)>& make,
+    const LoadOptions& load, nlohmann::json params, const Keep& keep = {},
+    const std::string& tag = "");
 
 // A figure with llama-server's value as its baseline (when there is one).
 void AddCompared(Ctx& ctx, const std::string& name, double ours, std::optional<double> theirs,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -156,6 +157,36 @@ std::string OutcomeTable(const std::vector<RequestOutcome>& outcomes) {
                     " ", o.output_tokens, " ", o.ok ? 1 : 0, "\n");
   }
   return out;
+}
+
+DecodeSpan DecodeSpanOf(const std::vector<RequestOutcome>& outcomes) {
+  double first = 1e18, last = 0;
+  int64_t tokens = 0;
+  for (const RequestOutcome& o : outcomes) {
+    if (!o.ok || o.chunk_s.empty()) continue;
+    first = std::min(first, o.send_s + o.chunk_s.front());
+    last = std::max(last, o.send_s + o.e2e_s);
+    tokens += std::max<int64_t>(0, o.output_tokens - 1);
+  }
+  if (last <= first) return {};
+  return {tokens, last - first};
+}
+
+std::vector<size_t> TurnOrder(int round, size_t n) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = round % 2 == 0 ? i : n - 1 - i;
+  return order;
+}
+
+void AppendRound(std::vector<RequestOutcome> round, std::vector<RequestOutcome>* all,
+                 double* elapsed) {
+  double end = 0;
+  for (RequestOutcome& o : round) {
+    end = std::max(end, o.send_s + o.e2e_s);
+    o.send_s += *elapsed;
+    all->push_back(std::move(o));
+  }
+  *elapsed += end;
 }
 
 }  // namespace moe::bench::serve

@@ -78,6 +78,26 @@ ServeSummary Summarize(const std::vector<RequestOutcome>& outcomes, const Slo& s
 std::vector<BenchResult> ToResults(const ServeSummary& s, const Slo& slo,
                                    const nlohmann::json& params);
 
+// A run's decode: output tokens after each request's first, and the time from the first first
+// token to the last end (0 when nothing decoded). Their ratio is the rate at which the system
+// decodes while all streams run.
+struct DecodeSpan {
+  int64_t tokens = 0;
+  double seconds = 0;
+};
+DecodeSpan DecodeSpanOf(const std::vector<RequestOutcome>& outcomes);
+
+// Rounds of one workload taken in turns by n systems: who goes when in round r. Even rounds
+// 0, 1, .., n-1; odd rounds the reverse (ABBA for two), so a drift of the machine's speed over
+// the rounds weighs on every system alike.
+std::vector<size_t> TurnOrder(int round, size_t n);
+
+// Appends one round's outcomes (timed from the round's start) to a system's earlier rounds, laid
+// after them: send_s += *elapsed, then *elapsed grows by the round's last end. Summarize of all
+// rounds then has their summed times as its duration, not the gaps between them.
+void AppendRound(std::vector<RequestOutcome> round, std::vector<RequestOutcome>* all,
+                 double* elapsed);
+
 // Per-request rows for plots: "send_s ttft_ms tpot_ms e2e_ms output_tokens ok", one per line.
 std::string OutcomeTable(const std::vector<RequestOutcome>& outcomes);
 

@@ -68,6 +68,42 @@ TEST(SummarizeTest, GoodputCountsOnlyRequestsMeetingEveryObjective) {
   EXPECT_DOUBLE_EQ(s.request_throughput, 2.0);
 }
 
+TEST(DecodeSpanTest, TokensAfterEachFirstOverFirstTokenToLastEnd) {
+  // A: first token at 0.1, ends 1.1, 11 tokens; B: sent at 0.2, first token at 0.5, ends 1.3,
+  // 5 tokens; a failed request counts for nothing.
+  std::vector<RequestOutcome> run = {Ok(0, {0.1, 0.6}, 1.1, 11), Ok(0.2, {0.3}, 1.1, 5)};
+  run.push_back({.ok = false, .error = "x", .send_s = 0, .e2e_s = 9, .output_tokens = 50});
+  const DecodeSpan span = DecodeSpanOf(run);
+  EXPECT_EQ(span.tokens, 10 + 4);
+  EXPECT_DOUBLE_EQ(span.seconds, 1.3 - 0.1);
+  EXPECT_EQ(DecodeSpanOf({}).tokens, 0);
+  EXPECT_DOUBLE_EQ(DecodeSpanOf({}).seconds, 0);
+}
+
+TEST(TurnOrderTest, SystemsTakeTurnsAbba) {
+  EXPECT_EQ(TurnOrder(0, 2), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(TurnOrder(1, 2), (std::vector<size_t>{1, 0}));
+  EXPECT_EQ(TurnOrder(2, 2), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(TurnOrder(3, 3), (std::vector<size_t>{2, 1, 0}));
+  EXPECT_EQ(TurnOrder(1, 1), (std::vector<size_t>{0}));
+}
+
+TEST(AppendRoundTest, RoundsAreLaidBackToBackSoTheDurationIsTheirSum) {
+  std::vector<RequestOutcome> all;
+  double elapsed = 0;
+  AppendRound({Ok(0, {0.1}, 1.0, 4), Ok(0.5, {0.1}, 1.5, 4)}, &all, &elapsed);  // ends at 2.0
+  EXPECT_DOUBLE_EQ(elapsed, 2.0);
+  AppendRound({Ok(0, {0.2}, 3.0, 4)}, &all, &elapsed);
+  EXPECT_DOUBLE_EQ(elapsed, 5.0);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_DOUBLE_EQ(all[2].send_s, 2.0);
+  EXPECT_DOUBLE_EQ(all[1].send_s, 0.5);
+  // 12 tokens over the 5 s the rounds took, not over the gaps between them.
+  const ServeSummary s = Summarize(all, Slo{});
+  EXPECT_DOUBLE_EQ(s.duration_s, 5.0);
+  EXPECT_DOUBLE_EQ(s.output_tok_s, 12 / 5.0);
+}
+
 TEST(SloTest, ParsesVllmStyleObjectives) {
   Slo s;
   ASSERT_TRUE(Slo::Parse("ttft:1000 tpot:100,e2el:9000", &s));
