@@ -47,7 +47,7 @@ absl::Status Concurrency16(Ctx& ctx, Systems& sys) {
               {{"streams", 16},
                {"requests", per_round * rounds},
                {"rounds", rounds},
-               {"order", "ABBA: the systems take turns, round by round"},
+               {"order", kTurnsOrder},
                {"output_tokens", 128},
                {"llama_server", "-t 2 -np 16 -c 131072"},
                {"method",
@@ -63,11 +63,11 @@ absl::Status PrefixWarmCold(Ctx& ctx, Systems& sys) {
   const int32_t doc_tokens = 2048, question_tokens = 32;
   std::map<RunningServer*, std::pair<double, double>> medians;  // cold, warm ms
   std::map<RunningServer*, std::vector<double>> cold, warm;
-  // The systems take turns, rep by rep, ABBA (as MeasureInTurns).
+  // The systems take turns, rep by rep (TurnOrder, as MeasureInTurns).
+  const std::vector<RunningServer*> both = sys.Both();
   for (int rep = 0; rep < reps; ++rep) {
-    std::vector<RunningServer*> order = sys.Both();
-    if (rep % 2 == 1) std::reverse(order.begin(), order.end());
-    for (RunningServer* s : order) {
+    for (size_t k : TurnOrder(rep, both.size())) {
+      RunningServer* s = both[k];
       // Distinct documents per rep and per system run, so every "cold" is cold.
       ASSIGN_OR_RETURN(auto doc, RandomWorkload({.num_requests = 1,
                                                  .input_min = doc_tokens,
@@ -112,7 +112,7 @@ absl::Status PrefixWarmCold(Ctx& ctx, Systems& sys) {
   nlohmann::json params = {{"prefix_tokens", doc_tokens},
                            {"question_tokens", question_tokens},
                            {"repeats", reps},
-                           {"order", "ABBA: the systems take turns, rep by rep"},
+                           {"order", kTurnsOrder},
                            {"ours_ttft_cold_ms", medians[sys.ours].first},
                            {"ours_ttft_warm_ms", medians[sys.ours].second},
                            {"goal", "<= 0.05, and ratio to llama-server's <= 0.5"}};

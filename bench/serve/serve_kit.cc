@@ -87,8 +87,8 @@ absl::StatusOr<std::vector<TurnsMeasured>> MeasureInTurns(
     const LoadOptions& load, nlohmann::json params, const Keep& keep, const std::string& tag) {
   const size_t n = servers.size();
   std::vector<std::vector<RequestOutcome>> all(n);
-  std::vector<double> elapsed(n, 0), settle_ms(n, 0), decode_s(n, 0);
-  std::vector<int64_t> decode_tokens(n, 0);
+  std::vector<double> elapsed(n, 0), settle_ms(n, 0);
+  std::vector<DecodeSpan> decode(n);
   for (int r = 0; r < rounds; ++r) {
     ASSIGN_OR_RETURN(std::vector<ServeRequest> requests, make(r));
     for (size_t k : TurnOrder(r, n)) {
@@ -96,11 +96,10 @@ absl::StatusOr<std::vector<TurnsMeasured>> MeasureInTurns(
       std::vector<RequestOutcome> out =
           RunWorkload(servers[k]->port, servers[k]->model, requests, load);
       const DecodeSpan span = DecodeSpanOf(out);
-      decode_tokens[k] += span.tokens;
-      decode_s[k] += span.seconds;
-      Progress(absl::StrCat(
-          scenario, " round ", r + 1, "/", rounds, " on ", servers[k]->system, ": ",
-          absl::SixDigits(span.seconds > 0 ? span.tokens / span.seconds : 0), " decode tok/s"));
+      decode[k].tokens += span.tokens;
+      decode[k].seconds += span.seconds;
+      Progress(absl::StrCat(scenario, " round ", r + 1, "/", rounds, " on ", servers[k]->system,
+                            ": ", absl::SixDigits(span.tok_s()), " decode tok/s"));
       AppendRound(std::move(out), &all[k], &elapsed[k]);
     }
   }
@@ -109,19 +108,12 @@ absl::StatusOr<std::vector<TurnsMeasured>> MeasureInTurns(
     nlohmann::json p = params;
     p["settle_ms"] = settle_ms[k];
     p["rounds"] = rounds;
-    p["order"] = "ABBA: the systems take turns, round by round";
+    p["order"] = kTurnsOrder;
     result[k].measured =
         Record(ctx, *servers[k], scenario, std::move(all[k]), load, std::move(p), keep, tag);
-    result[k].decode_tok_s = decode_s[k] > 0 ? decode_tokens[k] / decode_s[k] : 0;
+    result[k].decode_tok_s = decode[k].tok_s();
   }
   return result;
-}
-
-// Output tokens after each request's first, over first-token-to-last-end: the rate at which
-// the system decodes while all streams run.
-double DecodeTokS(const std::vector<RequestOutcome>& outcomes) {
-  const DecodeSpan span = DecodeSpanOf(outcomes);
-  return span.seconds > 0 ? span.tokens / span.seconds : 0;
 }
 
 void AddCompared(Ctx& ctx, const std::string& name, double ours, std::optional<double> theirs,

@@ -159,16 +159,14 @@ Measured Measure(Ctx& ctx, RunningServer& server, const std::string& scenario,
                  const std::vector<ServeRequest>& requests, const LoadOptions& load,
                  nlohmann::json params, const Keep& keep = {}, const std::string& tag = "");
 
-// Output tokens after each request's first, over first-token-to-last-end: the rate at which
-// the system decodes while all streams run.
-double DecodeTokS(const std::vector<RequestOutcome>& outcomes);
-
 // Each of `servers` (one or two) runs the same `rounds` workloads (make(r) for round r), taking
 // turns ABBA (a b, b a, a b, ...): a drift of the shared machine's speed during the scenario
 // weighs on both alike, where running one system's rounds and then the other's would hand the
 // drift to one of them. Each server's rounds are reported as one Measure of all of them (their
-// times laid back to back); decode_tok_s is the rounds' tokens over the sum of their DecodeTokS
+// times laid back to back); decode_tok_s is the rounds' tokens over the sum of their decode
 // spans.
+// The `order` param of every figure taken in turns.
+inline constexpr char kTurnsOrder[] = "ABBA: the systems take turns, round by round";
 struct TurnsMeasured {
   Measured measured;
   double decode_tok_s = 0;

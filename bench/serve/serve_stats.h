@@ -84,6 +84,7 @@ std::vector<BenchResult> ToResults(const ServeSummary& s, const Slo& slo,
 struct DecodeSpan {
   int64_t tokens = 0;
   double seconds = 0;
+  double tok_s() const { return seconds > 0 ? tokens / seconds : 0; }
 };
 DecodeSpan DecodeSpanOf(const std::vector<RequestOutcome>& outcomes);
 

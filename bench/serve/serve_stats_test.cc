@@ -76,8 +76,10 @@ TEST(DecodeSpanTest, TokensAfterEachFirstOverFirstTokenToLastEnd) {
   const DecodeSpan span = DecodeSpanOf(run);
   EXPECT_EQ(span.tokens, 10 + 4);
   EXPECT_DOUBLE_EQ(span.seconds, 1.3 - 0.1);
+  EXPECT_DOUBLE_EQ(span.tok_s(), 14 / 1.2);
   EXPECT_EQ(DecodeSpanOf({}).tokens, 0);
   EXPECT_DOUBLE_EQ(DecodeSpanOf({}).seconds, 0);
+  EXPECT_DOUBLE_EQ(DecodeSpanOf({}).tok_s(), 0);  // nothing decoded: no division by 0
 }
 
 TEST(TurnOrderTest, SystemsTakeTurnsAbba) {
