@@ -1,6 +1,10 @@
 #include "services/router/router_server.h"
 
 #include <algorithm>
+#include <deque>
+#include <list>
+#include <thread>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -189,38 +193,82 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
   return out;
 }
 
+namespace {
+
+// The messages of one stream event, as Generate streams them: one per token (a response-cache
+// hit, or a consumer that fell behind, reads several at once: the same chunks either way), the
+// last one with the finish reason and usage when the event is final (then logged).
+void ToResponses(const StreamEvent& event, const std::string& http_id,
+                 const std::string& request_id, std::vector<pb::GenerateResponse>* out) {
+  const size_t n = event.token_ids.size();
+  for (size_t i = 0; i < n; ++i) {
+    pb::GenerateResponse& one = out->emplace_back();
+    one.add_token_ids(event.token_ids[i]);
+    if (i < event.logprobs.size()) AddLogprobs(event.logprobs[i], &one);
+  }
+  if (!event.final()) return;
+  if (n == 0) out->emplace_back();
+  pb::GenerateResponse& response = out->back();
+  response.set_finish_reason(ToProto(event.finish_reason));
+  pb::Usage* usage = response.mutable_usage();
+  usage->set_prompt_tokens(static_cast<int32_t>(event.usage.prompt_tokens));
+  usage->set_completion_tokens(static_cast<int32_t>(event.usage.completion_tokens));
+  usage->set_cached_prompt_tokens(static_cast<int32_t>(event.usage.cached_prompt_tokens));
+  usage->set_from_response_cache(event.usage.from_response_cache);
+  if (!event.status.ok()) response.set_error_message(std::string(event.status.message()));
+  if (event.status.ok()) {
+    MOE_LOG_INFO("router: {} {} finished {}: {} prompt ({} cached) + {} generated tokens", http_id,
+                 request_id, FinishReasonName(response.finish_reason()), usage->prompt_tokens(),
+                 usage->cached_prompt_tokens(), usage->completion_tokens());
+  } else {
+    MOE_LOG_WARN("router: {} {} finished {}: {}", http_id, request_id,
+                 FinishReasonName(response.finish_reason()), event.status.ToString());
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<SubmittedRequest> RouterServer::Admit(const pb::GenerateRequest& request,
+                                                     const std::string& http_id) {
+  absl::StatusOr<GenerateRequest> converted = FromProto(request);
+  if (!converted.ok()) {
+    MOE_LOG_INFO("router: {} {} refused: {}", http_id, request.request_id(),
+                 converted.status().ToString());
+    return converted.status();
+  }
+  const std::string& request_id = request.request_id();
+  if (!request_id.empty()) {
+    absl::MutexLock lock(&mu_);
+    if (!active_request_ids_.insert(request_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request_id '", request_id, "' is already running"));
+    }
+  }
+  absl::StatusOr<SubmittedRequest> submitted = scheduler_.Submit(*std::move(converted));
+  if (!submitted.ok()) {
+    ReleaseRequestId(request_id);
+    MOE_LOG_WARN("router: {} {} refused: {}", http_id, request_id, submitted.status().ToString());
+  }
+  return submitted;
+}
+
+void RouterServer::ReleaseRequestId(const std::string& request_id) {
+  if (request_id.empty()) return;
+  absl::MutexLock lock(&mu_);
+  active_request_ids_.erase(request_id);
+}
+
 ::grpc::Status RouterServer::Generate(::grpc::ServerContext* context,
                                       const pb::GenerateRequest* request,
                                       ::grpc::ServerWriter<pb::GenerateResponse>* writer) {
   if (::grpc::Status s = auth_.Check(*context, kGeneratePolicy); !s.ok()) return s;
   // One log line per request, with the gateway's x-request-id (deploy/RUNBOOK.md).
   const std::string http_id = HttpRequestId(*context);
-  absl::StatusOr<GenerateRequest> converted = FromProto(*request);
-  if (!converted.ok()) {
-    MOE_LOG_INFO("router: {} {} refused: {}", http_id, request->request_id(),
-                 converted.status().ToString());
-    return common::rpc::ToGrpcStatus(converted.status());
-  }
   const std::string& request_id = request->request_id();
-  if (!request_id.empty()) {
-    absl::MutexLock lock(&mu_);
-    if (!active_request_ids_.insert(request_id).second) {
-      return ::grpc::Status(::grpc::StatusCode::INVALID_ARGUMENT,
-                            absl::StrCat("request_id '", request_id, "' is already running"));
-    }
-  }
-  auto release_id = [&] {
-    if (request_id.empty()) return;
-    absl::MutexLock lock(&mu_);
-    active_request_ids_.erase(request_id);
-  };
-  absl::StatusOr<SubmittedRequest> submitted = scheduler_.Submit(*std::move(converted));
-  if (!submitted.ok()) {
-    release_id();
-    MOE_LOG_WARN("router: {} {} refused: {}", http_id, request_id, submitted.status().ToString());
-    return common::rpc::ToGrpcStatus(submitted.status());
-  }
+  absl::StatusOr<SubmittedRequest> submitted = Admit(*request, http_id);
+  if (!submitted.ok()) return common::rpc::ToGrpcStatus(submitted.status());
   bool cancelled = false;
+  std::vector<pb::GenerateResponse> responses;
   for (;;) {
     std::optional<StreamEvent> event = submitted->stream->Next(kCancelPollInterval);
     if (!event.has_value()) {
@@ -230,50 +278,213 @@ absl::StatusOr<GenerateRequest> RouterServer::FromProto(const pb::GenerateReques
       }
       continue;
     }
-    // One message per token, as a running request streams them (a response-cache hit, or a
-    // consumer that fell behind, reads several at once): the same chunks either way.
-    const size_t n = event->token_ids.size();
-    for (size_t i = 0; i + 1 < n && !cancelled; ++i) {
-      pb::GenerateResponse one;
-      one.add_token_ids(event->token_ids[i]);
-      if (i < event->logprobs.size()) AddLogprobs(event->logprobs[i], &one);
-      if (!writer->Write(one)) {
+    responses.clear();
+    ToResponses(*event, http_id, request_id, &responses);
+    for (const pb::GenerateResponse& response : responses) {
+      if (cancelled) break;
+      if (!writer->Write(response)) {
+        // The client is gone: free its blocks, then wait for the scheduler to confirm.
         scheduler_.Cancel(submitted->seq_id);
         cancelled = true;
       }
     }
-    pb::GenerateResponse response;
-    if (n > 0) {
-      response.add_token_ids(event->token_ids[n - 1]);
-      if (n - 1 < event->logprobs.size()) AddLogprobs(event->logprobs[n - 1], &response);
-    }
-    if (event->final()) {
-      response.set_finish_reason(ToProto(event->finish_reason));
-      pb::Usage* usage = response.mutable_usage();
-      usage->set_prompt_tokens(static_cast<int32_t>(event->usage.prompt_tokens));
-      usage->set_completion_tokens(static_cast<int32_t>(event->usage.completion_tokens));
-      usage->set_cached_prompt_tokens(static_cast<int32_t>(event->usage.cached_prompt_tokens));
-      usage->set_from_response_cache(event->usage.from_response_cache);
-      if (!event->status.ok()) response.set_error_message(std::string(event->status.message()));
-      if (event->status.ok()) {
-        MOE_LOG_INFO("router: {} {} finished {}: {} prompt ({} cached) + {} generated tokens",
-                     http_id, request_id, FinishReasonName(response.finish_reason()),
-                     usage->prompt_tokens(), usage->cached_prompt_tokens(),
-                     usage->completion_tokens());
-      } else {
-        MOE_LOG_WARN("router: {} {} finished {}: {}", http_id, request_id,
-                     FinishReasonName(response.finish_reason()), event->status.ToString());
-      }
-    }
-    if (!cancelled && !writer->Write(response)) {
-      // The client is gone: free its blocks, then wait for the scheduler to confirm.
-      scheduler_.Cancel(submitted->seq_id);
-      cancelled = true;
-    }
     if (event->final()) break;
   }
-  release_id();
+  ReleaseRequestId(request_id);
   if (cancelled) return ::grpc::Status(::grpc::StatusCode::CANCELLED, "client went away");
+  return ::grpc::Status::OK;
+}
+
+// One GenerateBatch stream's requests. The reading thread (the handler's) starts, cancels and
+// credits them; the writing thread waits, woken at most once per scheduler step, and gathers
+// every request's new tokens into one message.
+class RouterServer::BatchSession {
+ public:
+  BatchSession(RouterServer& server, std::string peer_http_id)
+      : server_(server), default_http_id_(std::move(peer_http_id)) {}
+
+  // A refusal comes back as an item at once (through the writer).
+  void Start(const pb::BatchStart& start) {
+    const std::string http_id =
+        start.http_request_id().empty() || start.http_request_id().size() > 128 ||
+                !PrintableAscii(start.http_request_id())
+            ? default_http_id_
+            : start.http_request_id();
+    absl::Status bad;
+    if (start.window() < 0 || start.window() > kMaxWindow) {
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("window ", start.window(), " is outside [0, ", kMaxWindow, "]"));
+    } else {
+      absl::MutexLock lock(&mu_);
+      if (calls_.contains(start.id())) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("id ", start.id(), " is already running on this stream"));
+      }
+    }
+    absl::StatusOr<SubmittedRequest> submitted =
+        bad.ok() ? server_.Admit(start.request(), http_id) : absl::StatusOr<SubmittedRequest>(bad);
+    absl::MutexLock lock(&mu_);
+    if (!submitted.ok()) {
+      pb::BatchItem& item = refusals_.emplace_back();
+      item.set_id(start.id());
+      const ::grpc::Status status = common::rpc::ToGrpcStatus(submitted.status());
+      item.set_status_code(static_cast<int32_t>(status.error_code()));
+      item.set_status_message(status.error_message());
+      ready_ = true;
+      return;
+    }
+    Call& call = calls_[start.id()];
+    call.submitted = *std::move(submitted);
+    call.http_id = http_id;
+    call.request_id = start.request().request_id();
+    call.credit = start.window() == 0 ? kDefaultWindow : start.window();
+    order_.push_back(start.id());
+    // A response-cache hit is finished already; anything else shows at the next step.
+    if (call.submitted.stream->HasOutput()) ready_ = true;
+  }
+
+  void Cancel(uint64_t id) {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(id);
+    if (it != calls_.end()) server_.scheduler_.Cancel(it->second.submitted.seq_id);
+  }
+
+  void Credit(uint64_t id, int32_t items) {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(id);
+    if (it == calls_.end() || items <= 0) return;
+    it->second.credit = std::min<int64_t>(it->second.credit + items, kMaxWindow);
+    if (HasOutputLocked(it->second)) ready_ = true;
+  }
+
+  // The reader is done: half-closed (`gone` false: finish what runs) or the caller went away
+  // (`gone`: cancel everything).
+  void ReaderDone(bool gone) {
+    absl::MutexLock lock(&mu_);
+    reader_done_ = true;
+    if (gone) CancelAllLocked();
+  }
+
+  // From the scheduler's stepping thread, after each step.
+  void OnStep() {
+    absl::MutexLock lock(&mu_);
+    if (ready_) return;
+    for (const auto& [id, call] : calls_) {
+      if (call.credit > 0 && HasOutputLocked(call)) {
+        ready_ = true;
+        return;
+      }
+    }
+  }
+
+  // The writing thread's loop: gathers what is ready, writes it, until the reader is done and
+  // every request has ended (or a write fails: the caller is gone).
+  void WriteLoop(::grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>*
+                     stream) {
+    pb::GenerateBatchResponse message;
+    std::vector<pb::GenerateResponse> responses;
+    for (;;) {
+      message.Clear();
+      {
+        absl::MutexLock lock(&mu_);
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return ready_ || (reader_done_ && calls_.empty());
+        };
+        mu_.Await(absl::Condition(&wake));
+        if (!ready_ && reader_done_ && calls_.empty()) return;
+        ready_ = false;
+        for (pb::BatchItem& item : refusals_) *message.add_items() = std::move(item);
+        refusals_.clear();
+        // In start order; each request sends what its credit allows, the rest waits.
+        for (auto it = order_.begin(); it != order_.end();) {
+          auto found = calls_.find(*it);
+          Call& call = found->second;
+          while (call.credit > 0) {
+            if (call.backlog.empty()) {
+              if (call.final_in_backlog) break;
+              std::optional<StreamEvent> event = call.submitted.stream->Next(absl::ZeroDuration());
+              if (!event.has_value()) break;
+              responses.clear();
+              ToResponses(*event, call.http_id, call.request_id, &responses);
+              for (pb::GenerateResponse& r : responses) call.backlog.push_back(std::move(r));
+              call.final_in_backlog = event->final();
+              continue;
+            }
+            pb::BatchItem* item = message.add_items();
+            item->set_id(*it);
+            *item->mutable_response() = std::move(call.backlog.front());
+            call.backlog.pop_front();
+            --call.credit;
+          }
+          if (call.backlog.empty() && call.final_in_backlog) {
+            server_.ReleaseRequestId(call.request_id);
+            calls_.erase(found);
+            it = order_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      if (message.items_size() > 0 && !stream->Write(message)) {
+        absl::MutexLock lock(&mu_);
+        CancelAllLocked();
+        for (const auto& [id, call] : calls_) server_.ReleaseRequestId(call.request_id);
+        calls_.clear();
+        order_.clear();
+        return;
+      }
+    }
+  }
+
+ private:
+  static constexpr int32_t kDefaultWindow = 16;
+  static constexpr int32_t kMaxWindow = 1024;
+
+  struct Call {
+    SubmittedRequest submitted;
+    std::string http_id;
+    std::string request_id;
+    int64_t credit = 0;  // items that may still be sent
+    // Items read from the stream but beyond the credit; the last is final when final_in_backlog.
+    std::deque<pb::GenerateResponse> backlog;
+    bool final_in_backlog = false;
+  };
+
+  static bool HasOutputLocked(const Call& call) {
+    return !call.backlog.empty() || call.submitted.stream->HasOutput();
+  }
+
+  void CancelAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [id, call] : calls_) server_.scheduler_.Cancel(call.submitted.seq_id);
+  }
+
+  RouterServer& server_;
+  const std::string default_http_id_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, Call> calls_ ABSL_GUARDED_BY(mu_);
+  std::list<uint64_t> order_ ABSL_GUARDED_BY(mu_);  // calls_' ids in start order
+  std::vector<pb::BatchItem> refusals_ ABSL_GUARDED_BY(mu_);
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;  // the writer has something to look at
+  bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+::grpc::Status RouterServer::GenerateBatch(
+    ::grpc::ServerContext* context,
+    ::grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream) {
+  if (::grpc::Status s = auth_.Check(*context, kGenerateBatchPolicy); !s.ok()) return s;
+  BatchSession session(*this, HttpRequestId(*context));
+  const int64_t listener = scheduler_.AddStepListener([&session] { session.OnStep(); });
+  std::thread writer([&] { session.WriteLoop(stream); });
+  pb::GenerateBatchRequest request;
+  while (stream->Read(&request)) {
+    for (const pb::BatchStart& start : request.starts()) session.Start(start);
+    for (uint64_t id : request.cancels()) session.Cancel(id);
+    for (const pb::BatchCredit& credit : request.credits()) session.Credit(credit.id(), credit.items());
+  }
+  session.ReaderDone(/*gone=*/context->IsCancelled());
+  writer.join();
+  scheduler_.RemoveStepListener(listener);
+  if (context->IsCancelled()) return ::grpc::Status(::grpc::StatusCode::CANCELLED, "client went away");
   return ::grpc::Status::OK;
 }
 

@@ -1,6 +1,9 @@
 // The router's gRPC face (moe.router.v1.Router): proto <-> core conversion, absl -> gRPC status,
 // per-call deadlines and client cancellation. The scheduling itself is core/scheduler.h.
 //
+// GenerateBatch (the gateway's path) carries many requests on one stream and answers with one
+// message per scheduler step holding every request's new tokens (router.proto); its writer
+// thread wakes once per step (Scheduler::AddStepListener), not once per token per request.
 // Generate streams one GenerateResponse per batch of new tokens (usually one token) and a last
 // message with finish_reason and usage; requests rejected before streaming get a gRPC error
 // (INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE). A client that goes
@@ -76,8 +79,10 @@ inline constexpr common::rpc::MethodPolicy kGetStatsPolicy{
     "GetStats", {common::rpc::Role::kGateway, common::rpc::Role::kAdmin}};
 inline constexpr common::rpc::MethodPolicy kSetPlacementPolicy{"SetPlacement",
                                                                {common::rpc::Role::kAdmin}};
-inline constexpr common::rpc::MethodPolicy kRouterPolicies[] = {kGeneratePolicy, kGetStatsPolicy,
-                                                                kSetPlacementPolicy};
+inline constexpr common::rpc::MethodPolicy kGenerateBatchPolicy{"GenerateBatch",
+                                                                {common::rpc::Role::kGateway}};
+inline constexpr common::rpc::MethodPolicy kRouterPolicies[] = {
+    kGeneratePolicy, kGenerateBatchPolicy, kGetStatsPolicy, kSetPlacementPolicy};
 
 // Thread-safe: gRPC calls it from its own threads. Borrows the scheduler, clock and authorizer.
 class RouterServer final : public moe::router::v1::Router::Service {
@@ -100,6 +105,10 @@ class RouterServer final : public moe::router::v1::Router::Service {
   ::grpc::Status Generate(::grpc::ServerContext* context,
                           const moe::router::v1::GenerateRequest* request,
                           ::grpc::ServerWriter<moe::router::v1::GenerateResponse>* writer) override;
+  ::grpc::Status GenerateBatch(
+      ::grpc::ServerContext* context,
+      ::grpc::ServerReaderWriter<moe::router::v1::GenerateBatchResponse,
+                                 moe::router::v1::GenerateBatchRequest>* stream) override;
   ::grpc::Status GetStats(::grpc::ServerContext* context,
                           const moe::router::v1::GetStatsRequest* request,
                           moe::router::v1::GetStatsResponse* response) override;
@@ -108,6 +117,13 @@ class RouterServer final : public moe::router::v1::Router::Service {
                               moe::router::v1::SetPlacementResponse* response) override;
 
  private:
+  class BatchSession;  // one GenerateBatch stream's requests (router_server.cc)
+
+  // Converts, checks the request_id is not running, and submits (refusals logged).
+  absl::StatusOr<SubmittedRequest> Admit(const moe::router::v1::GenerateRequest& request,
+                                         const std::string& http_id);
+  void ReleaseRequestId(const std::string& request_id);
+
   Scheduler& scheduler_;
   const RouterServerInfo info_;
   common::Clock& clock_;

@@ -2,6 +2,7 @@
 // embedded engine's greedy output; bad input and overload map to the documented gRPC codes.
 #include "services/router/router_server.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -284,6 +285,201 @@ TEST_F(RouterServerTest, TimeoutEndsWithAbortAndStopTokensStop) {
   ASSERT_TRUE(stopped.status.ok());
   EXPECT_EQ(stopped.messages.back().finish_reason(), pb::FINISH_REASON_STOP);
   EXPECT_EQ(stopped.token_ids.back(), expected[1]);
+}
+
+
+// GenerateBatch: many requests on one stream, one message per step. Collects items per id.
+class BatchClient {
+ public:
+  explicit BatchClient(pb::Router::Stub& stub) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    stream_ = stub.GenerateBatch(&context_);
+  }
+  bool Send(const pb::GenerateBatchRequest& request) { return stream_->Write(request); }
+  // Reads one message into the per-id records; false once the stream ended.
+  bool ReadOne() {
+    pb::GenerateBatchResponse message;
+    if (!stream_->Read(&message)) return false;
+    ++messages;
+    for (const pb::BatchItem& item : message.items()) {
+      Record& r = records[item.id()];
+      ++r.items;
+      if (item.status_code() != 0) {
+        r.status_code = item.status_code();
+        r.status_message = item.status_message();
+        r.done = true;
+        continue;
+      }
+      r.token_ids.insert(r.token_ids.end(), item.response().token_ids().begin(),
+                         item.response().token_ids().end());
+      if (item.response().finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
+        r.finish = item.response().finish_reason();
+        r.usage = item.response().usage();
+        r.done = true;
+      }
+    }
+    return true;
+  }
+  // Reads until every id in `ids` is done.
+  bool ReadUntilDone(const std::vector<uint64_t>& ids) {
+    auto all_done = [&] {
+      for (uint64_t id : ids)
+        if (!records[id].done) return false;
+      return true;
+    };
+    while (!all_done()) {
+      if (!ReadOne()) return false;
+    }
+    return true;
+  }
+  grpc::Status Close() {
+    stream_->WritesDone();
+    while (ReadOne()) {
+    }
+    return stream_->Finish();
+  }
+
+  struct Record {
+    std::vector<int32_t> token_ids;
+    int items = 0;
+    pb::FinishReason finish = pb::FINISH_REASON_UNSPECIFIED;
+    pb::Usage usage;
+    int32_t status_code = 0;
+    std::string status_message;
+    bool done = false;
+  };
+  std::map<uint64_t, Record> records;
+  int messages = 0;
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::GenerateBatchRequest, pb::GenerateBatchResponse>>
+      stream_;
+};
+
+pb::BatchStart* AddStart(pb::GenerateBatchRequest* request, uint64_t id,
+                         const pb::GenerateRequest& generate, int32_t window = 0) {
+  pb::BatchStart* start = request->add_starts();
+  start->set_id(id);
+  *start->mutable_request() = generate;
+  start->set_window(window);
+  return start;
+}
+
+TEST_F(RouterServerTest, BatchStreamCarriesEveryRequestsTokensOneMessagePerStep) {
+  StartRouter(SchedulerOptions{});
+  BatchClient client(*stub_);
+  pb::GenerateBatchRequest starts;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    AddStart(&starts, 10 + i, Request(Prompt(9 + 5 * i, i), 8), /*window=*/64);
+    ids.push_back(10 + i);
+  }
+  ASSERT_TRUE(client.Send(starts));
+  ASSERT_TRUE(client.ReadUntilDone(ids));
+  int items = 0;
+  for (int i = 0; i < 4; ++i) {
+    const BatchClient::Record& r = client.records[10 + i];
+    EXPECT_EQ(r.status_code, 0) << r.status_message;
+    EXPECT_THAT(r.token_ids, ElementsAreArray(EngineGreedy(Prompt(9 + 5 * i, i), 8))) << i;
+    EXPECT_EQ(r.finish, pb::FINISH_REASON_LENGTH);
+    EXPECT_EQ(r.usage.completion_tokens(), 8);
+    EXPECT_EQ(r.items, 8);  // one item per token, as Generate's one message per token
+    items += r.items;
+  }
+  // The four decode in the same steps: their tokens share messages (Generate: 32 messages).
+  EXPECT_LT(client.messages, items / 2);
+  EXPECT_TRUE(client.Close().ok());
+}
+
+TEST_F(RouterServerTest, BatchStreamRefusesWithTheStatusGenerateWouldReturn) {
+  StartRouter(SchedulerOptions{});
+  BatchClient client(*stub_);
+  pb::GenerateBatchRequest request;
+  pb::GenerateRequest negative = Request({1, 2, 3}, 2);
+  negative.set_max_tokens(-1);
+  AddStart(&request, 1, negative);
+  pb::GenerateRequest other_model = Request({1, 2, 3}, 2);
+  other_model.set_model("not-tiny");
+  AddStart(&request, 2, other_model);
+  AddStart(&request, 3, Request({1, 2, 3}, 2), /*window=*/5000);
+  AddStart(&request, 4, Request({4, 5, 6}, 3));
+  ASSERT_TRUE(client.Send(request));
+  ASSERT_TRUE(client.ReadUntilDone({1, 2, 3, 4}));
+  EXPECT_EQ(client.records[1].status_code, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(client.records[1].status_message, HasSubstr("negative"));
+  EXPECT_EQ(client.records[2].status_code, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(client.records[3].status_code, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(client.records[3].status_message, HasSubstr("window"));
+  // The refusals cost the good request nothing.
+  EXPECT_EQ(client.records[4].status_code, 0);
+  EXPECT_THAT(client.records[4].token_ids, ElementsAreArray(EngineGreedy({4, 5, 6}, 3)));
+  EXPECT_TRUE(client.Close().ok());
+}
+
+TEST_F(RouterServerTest, BatchStreamHoldsOnlyTheRequestWithoutCredit) {
+  // Request 1 may have 2 items unacknowledged, and its router stream holds 3 tokens: it stops
+  // after 5 tokens until credited, while request 2 on the same stream runs to the end.
+  SchedulerOptions options;
+  options.stream_capacity = 3;
+  StartRouter(options);
+  BatchClient client(*stub_);
+  pb::GenerateBatchRequest request;
+  const auto prompt = Prompt(14, 5);
+  AddStart(&request, 1, Request(prompt, 12), /*window=*/2);
+  AddStart(&request, 2, Request(Prompt(10, 6), 24), /*window=*/64);
+  ASSERT_TRUE(client.Send(request));
+  ASSERT_TRUE(client.ReadUntilDone({2}));
+  EXPECT_EQ(client.records[2].token_ids.size(), 24u);
+  EXPECT_FALSE(client.records[1].done);
+  EXPECT_EQ(client.records[1].items, 2);  // the window, though it had 24 steps to go further
+  // A duplicate of a running id is refused; the running request goes on.
+  pb::GenerateBatchRequest again;
+  AddStart(&again, 1, Request(prompt, 12));
+  ASSERT_TRUE(client.Send(again));
+  while (client.records[1].status_code == 0) ASSERT_TRUE(client.ReadOne());
+  EXPECT_THAT(client.records[1].status_message, HasSubstr("already running"));
+  client.records[1] = {};
+  pb::GenerateBatchRequest credit;
+  pb::BatchCredit* c = credit.add_credits();
+  c->set_id(1);
+  c->set_items(100);
+  ASSERT_TRUE(client.Send(credit));
+  ASSERT_TRUE(client.ReadUntilDone({1}));
+  const auto expected = EngineGreedy(prompt, 12);
+  // The two items read before the credit, then the rest.
+  ASSERT_EQ(client.records[1].token_ids.size(), 10u);
+  EXPECT_THAT(client.records[1].token_ids,
+              ElementsAreArray(expected.begin() + 2, expected.end()));
+  EXPECT_EQ(client.records[1].finish, pb::FINISH_REASON_LENGTH);
+  EXPECT_TRUE(client.Close().ok());
+}
+
+TEST_F(RouterServerTest, BatchStreamCancelAbortsOneRequest) {
+  SchedulerOptions options;
+  options.stream_capacity = 1;
+  StartRouter(options);
+  BatchClient client(*stub_);
+  pb::GenerateBatchRequest request;
+  AddStart(&request, 7, Request(Prompt(11, 2), 200), /*window=*/1);
+  AddStart(&request, 8, Request(Prompt(12, 3), 4));
+  ASSERT_TRUE(client.Send(request));
+  ASSERT_TRUE(client.ReadUntilDone({8}));
+  pb::GenerateBatchRequest cancel;
+  cancel.add_cancels(7);
+  pb::BatchCredit* c = cancel.add_credits();
+  c->set_id(7);
+  c->set_items(1000);
+  ASSERT_TRUE(client.Send(cancel));
+  ASSERT_TRUE(client.ReadUntilDone({7}));
+  EXPECT_EQ(client.records[7].finish, pb::FINISH_REASON_ABORT);
+  EXPECT_LT(client.records[7].token_ids.size(), 200u);
+  EXPECT_EQ(client.records[8].finish, pb::FINISH_REASON_LENGTH);
+  EXPECT_TRUE(client.Close().ok());
+  pb::GetStatsResponse stats;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->GetStats(&context, pb::GetStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.num_requests_running(), 0);
 }
 
 }  // namespace

@@ -71,4 +71,9 @@ bool RequestStream::finished() const {
   return finish_reason_ != FinishReason::kNone;
 }
 
+bool RequestStream::HasOutput() const {
+  absl::MutexLock lock(&mu_);
+  return !pending_.empty() || (finish_reason_ != FinishReason::kNone && !final_delivered_);
+}
+
 }  // namespace moe::router

@@ -42,6 +42,8 @@ class RequestStream {
   std::optional<StreamEvent> Next(absl::Duration timeout = absl::InfiniteDuration());
   // True once the final event has been produced (read or not).
   bool finished() const;
+  // True when Next() would return an event at once: unread tokens, or the final event unread.
+  bool HasOutput() const;
 
  private:
   const int64_t capacity_;

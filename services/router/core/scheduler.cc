@@ -55,6 +55,10 @@ class Scheduler::Impl {
   int64_t Step() ABSL_LOCKS_EXCLUDED(mu_);
   bool HasWork() const ABSL_LOCKS_EXCLUDED(mu_);
   SchedulerStats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t AddStepListener(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(listeners_mu_);
+  void RemoveStepListener(int64_t handle) ABSL_LOCKS_EXCLUDED(listeners_mu_);
+  // Runs the step listeners (after a step, after AbortAll).
+  void NotifyStepListeners() ABSL_LOCKS_EXCLUDED(listeners_mu_);
 
   kv::BlockManager& block_manager() { return *block_manager_; }
   const SchedulerOptions& options() const { return options_; }
@@ -198,6 +202,12 @@ class Scheduler::Impl {
   absl::Time next_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool has_work_ ABSL_GUARDED_BY(mu_) = false;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Held while the listeners run, so that RemoveStepListener waits for a running one.
+  absl::Mutex listeners_mu_;
+  std::vector<std::pair<int64_t, std::function<void()>>> listeners_
+      ABSL_GUARDED_BY(listeners_mu_);
+  int64_t next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 1;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -244,6 +254,10 @@ void Scheduler::Cancel(SeqId seq_id) { impl_->Cancel(seq_id); }
 absl::Status Scheduler::Start() { return impl_->Start(); }
 void Scheduler::Shutdown(absl::Time deadline) { impl_->Shutdown(deadline); }
 int64_t Scheduler::Step() { return impl_->Step(); }
+int64_t Scheduler::AddStepListener(std::function<void()> fn) {
+  return impl_->AddStepListener(std::move(fn));
+}
+void Scheduler::RemoveStepListener(int64_t handle) { impl_->RemoveStepListener(handle); }
 bool Scheduler::HasWork() const { return impl_->HasWork(); }
 SchedulerStats Scheduler::GetStats() const { return impl_->GetStats(); }
 const kv::BlockManager& Scheduler::block_manager() const { return impl_->block_manager(); }
@@ -412,6 +426,23 @@ void Scheduler::Impl::Shutdown(absl::Time deadline) {
   }
 }
 
+int64_t Scheduler::Impl::AddStepListener(std::function<void()> fn) {
+  absl::MutexLock lock(&listeners_mu_);
+  const int64_t handle = next_listener_++;
+  listeners_.emplace_back(handle, std::move(fn));
+  return handle;
+}
+
+void Scheduler::Impl::RemoveStepListener(int64_t handle) {
+  absl::MutexLock lock(&listeners_mu_);
+  std::erase_if(listeners_, [handle](const auto& l) { return l.first == handle; });
+}
+
+void Scheduler::Impl::NotifyStepListeners() {
+  absl::MutexLock lock(&listeners_mu_);
+  for (const auto& [handle, fn] : listeners_) fn();
+}
+
 bool Scheduler::Impl::HasWork() const {
   absl::MutexLock lock(&mu_);
   return has_work_;
@@ -457,6 +488,7 @@ void Scheduler::Impl::AbortAll(const absl::Status& status) {
   }
   RemoveFinished();
   PublishStats(0, 0);
+  NotifyStepListeners();
 }
 
 void Scheduler::Impl::DrainInbox() {
@@ -550,6 +582,7 @@ int64_t Scheduler::Impl::Step() {
   const int64_t step_tokens = RunBatch();
   RemoveFinished();
   PublishStats(step_tokens, static_cast<int64_t>(chunks_.size()));
+  NotifyStepListeners();
   return step_tokens;
 }
 

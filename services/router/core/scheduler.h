@@ -50,6 +50,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -132,6 +133,16 @@ class Scheduler {
   // instead of Start()). Returns the number of tokens the engine step computed (0: nothing ran).
   // REQUIRES: the loop is not started; one caller at a time.
   int64_t Step();
+
+  // Runs `fn` on the stepping thread after every step (and after the shutdown's aborts), once
+  // what the step produced is in the requests' streams: a consumer of many streams (the router's
+  // GenerateBatch) looks once per step instead of waking per token. `fn` must be quick and must
+  // not call back into the scheduler's listener methods. Returns the handle for
+  // RemoveStepListener. Any thread.
+  int64_t AddStepListener(std::function<void()> fn);
+  // After it returns, the listener is not running and never runs again. Any thread but the
+  // stepping one from inside a listener.
+  void RemoveStepListener(int64_t handle);
 
   // True while any request is queued or running (as of the last step, plus later Submits).
   // Any thread.
