@@ -1,10 +1,13 @@
 #include "services/gateway/grpc_backend.h"
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/log.h"
@@ -30,6 +33,11 @@ struct RouterConn {
   std::atomic<int32_t> num_running{0};
   std::atomic<double> kv_usage{0};
   std::atomic<int64_t> in_flight{0};
+  // routing.batch_stream: the open GenerateBatch stream (replaced once it ends); `closing` once
+  // the backend is being destroyed (no new stream).
+  absl::Mutex batch_mu;
+  std::shared_ptr<class BatchStream> batch ABSL_GUARDED_BY(batch_mu);
+  bool closing ABSL_GUARDED_BY(batch_mu) = false;
 };
 
 // Reactors not yet finished with OnDone, across the process: ~Backend waits for them.
@@ -128,6 +136,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
         max_attempts_(max_attempts) {}
 
   void StartAttempt();
+  void StartBatchAttempt(RouterConn& router);
   void Cancel();
   // From the attempt's reactor.
   void OnAttemptDone(const grpc::Status& status, bool got_message, bool finished);
@@ -139,6 +148,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void ClearAttempt() {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
+    cancel_batch_ = nullptr;
+  }
+  const std::string& http_request_id() const { return request_.http_request_id; }
+  bool cancelled() {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
   }
 
  private:
@@ -155,6 +170,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The attempt's cancel on a GenerateBatch stream (instead of context_).
+  std::function<void()> cancel_batch_ ABSL_GUARDED_BY(mu_);
+  int batch_generation_ ABSL_GUARDED_BY(mu_) = 0;  // StartBatchAttempt's, one per attempt
 };
 
 class Reactor final : public grpc::ClientReadReactor<pb::GenerateResponse> {
@@ -220,6 +238,215 @@ class Reactor final : public grpc::ClientReadReactor<pb::GenerateResponse> {
   bool finished_ = false;
 };
 
+// One GenerateBatch stream to one router (routing.batch_stream): the requests this gateway sends
+// that router share it, and each router step arrives as one message for all of them. Reads
+// all the time; each request's flow control is its credit window (router.proto): an item's
+// credit goes back once the observer is ready for more (WhenReady), gathered into few writes.
+// Holds itself from Open until OnDone.
+class BatchStream final
+    : public grpc::ClientBidiReactor<pb::GenerateBatchRequest, pb::GenerateBatchResponse>,
+      public std::enable_shared_from_this<BatchStream> {
+ public:
+  BatchStream(RouterConn* router, int32_t window) : router_(router), window_(window) {}
+
+  void Open() {
+    self_ = shared_from_this();
+    g_live_reactors.fetch_add(1);
+    router_->stub->async()->GenerateBatch(&context_, this);
+    // Writes start from other threads (a new request, a credit): the hold keeps OnDone away
+    // until the reads have ended and `ended_` stops new writes (gRPC's documented pattern).
+    AddHold();
+    StartRead(&response_);
+    StartCall();
+  }
+
+  // Sends the request on this stream. False once the stream has ended (open another).
+  bool Add(const std::shared_ptr<CallState>& state, const pb::GenerateRequest& proto,
+           uint64_t* id_out) {
+    absl::ReleasableMutexLock lock(&mu_);
+    if (ended_) return false;
+    const uint64_t id = next_id_++;
+    auto call = std::make_shared<Call>();
+    call->state = state;
+    calls_.emplace(id, std::move(call));
+    pb::BatchStart* start = pending_.add_starts();
+    start->set_id(id);
+    *start->mutable_request() = proto;
+    start->set_http_request_id(state->http_request_id());
+    start->set_window(window_);
+    router_->in_flight.fetch_add(1);
+    *id_out = id;
+    lock.Release();
+    Flush();
+    return true;
+  }
+
+  void Cancel(uint64_t id) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ended_ || !calls_.contains(id)) return;
+      pending_.add_cancels(id);
+    }
+    Flush();
+  }
+
+  void Close() { context_.TryCancel(); }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) return;  // the stream broke: the reads end too, then OnDone
+    }
+    Flush();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the stream ended: no more writes start, and OnDone follows
+      {
+        absl::MutexLock lock(&mu_);
+        ended_ = true;
+      }
+      RemoveHold();
+      return;
+    }
+    for (const pb::BatchItem& item : response_.items()) Deliver(item);
+    StartRead(&response_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> left;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      left.swap(calls_);
+    }
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !got_any_) {
+      router_->healthy.store(false);
+    }
+    // A request that got nothing may go to another router (UNAVAILABLE is retried); one that
+    // streamed ends with the stream's status, as a broken Generate call would.
+    const grpc::Status unstarted(grpc::StatusCode::UNAVAILABLE,
+                                 absl::StrCat("the router's stream ended: ", status.error_message()));
+    for (auto& [id, call] : left) {
+      router_->in_flight.fetch_sub(1);
+      call->state->ClearAttempt();
+      const bool got = call->got_message;
+      call->state->OnAttemptDone(got ? (status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                                   "the router's stream ended")
+                                                    : status)
+                                     : unstarted,
+                                 got, false);
+    }
+    std::shared_ptr<BatchStream> self = std::move(self_);  // may delete this on return
+    g_live_reactors.fetch_sub(1);
+  }
+
+ private:
+  struct Call {
+    std::shared_ptr<CallState> state;
+    bool got_message = false;  // only the reading thread
+    int32_t delivered = 0;     // items given to the observer, not yet credited (under mu_)
+    int32_t owed = 0;          // credits gathered, not yet sent (under mu_)
+    bool ready_pending = false;  // a WhenReady is out (under mu_)
+  };
+
+  void Deliver(const pb::BatchItem& item) {
+    std::shared_ptr<Call> call;
+    const bool last = item.status_code() != 0 ||
+                      item.response().finish_reason() != pb::FINISH_REASON_UNSPECIFIED;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = calls_.find(item.id());
+      if (it == calls_.end()) return;
+      call = it->second;
+      if (last) calls_.erase(it);
+    }
+    CallState& state = *call->state;
+    if (item.status_code() != 0) {  // refused before its first token
+      router_->in_flight.fetch_sub(1);
+      state.ClearAttempt();
+      state.OnAttemptDone(grpc::Status(static_cast<grpc::StatusCode>(item.status_code()),
+                                       item.status_message()),
+                          false, false);
+      return;
+    }
+    if (state.cancelled()) {  // nothing more reaches the observer; the router's ABORT ends it
+      if (last) {
+        router_->in_flight.fetch_sub(1);
+        state.ClearAttempt();
+        state.OnAttemptDone(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"),
+                            call->got_message, false);
+      }
+      return;
+    }
+    call->got_message = true;
+    got_any_ = true;
+    state.observer().OnUpdate(FromProto(item.response()));
+    if (last) {
+      router_->in_flight.fetch_sub(1);
+      state.ClearAttempt();
+      state.OnAttemptDone(grpc::Status::OK, true, true);
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++call->delivered;
+      if (call->ready_pending) return;  // its run credits this item too
+      call->ready_pending = true;
+    }
+    state.observer().WhenReady(
+        [self = shared_from_this(), id = item.id(), call] { self->Credit(id, *call); });
+  }
+
+  // The observer took every item delivered so far: they go back as credit, in writes of at
+  // least half a window (one per few steps, not one per token).
+  void Credit(uint64_t id, Call& call) {
+    absl::ReleasableMutexLock lock(&mu_);
+    call.owed += call.delivered;
+    call.delivered = 0;
+    call.ready_pending = false;
+    if (ended_ || !calls_.contains(id) || call.owed < std::max(1, window_ / 2)) return;
+    pb::BatchCredit* credit = pending_.add_credits();
+    credit->set_id(id);
+    credit->set_items(call.owed);
+    call.owed = 0;
+    lock.Release();
+    Flush();
+  }
+
+  // Starts writing what is pending unless a write is in flight (its OnWriteDone comes back
+  // here). Not under mu_: gRPC may run a reaction inline.
+  void Flush() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || ended_) return;
+      if (pending_.starts_size() == 0 && pending_.cancels_size() == 0 &&
+          pending_.credits_size() == 0) {
+        return;
+      }
+      writing_ = true;
+      writing_msg_.Clear();
+      writing_msg_.Swap(&pending_);
+    }
+    StartWrite(&writing_msg_);
+  }
+
+  RouterConn* const router_;
+  const int32_t window_;
+  std::shared_ptr<BatchStream> self_;  // from Open until OnDone
+  grpc::ClientContext context_;
+  pb::GenerateBatchResponse response_;  // the reading thread's
+  bool got_any_ = false;                // the reading thread's (and OnDone, after it)
+  absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
+  pb::GenerateBatchRequest pending_ ABSL_GUARDED_BY(mu_);  // the next write
+  pb::GenerateBatchRequest writing_msg_;  // the one in flight (while writing_)
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 class Handle final : public GenerateCall {
  public:
   explicit Handle(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
@@ -249,6 +476,15 @@ class Backend final : public GrpcBackend {
       stop_ = true;
     }
     if (poller_.joinable()) poller_.join();
+    for (auto& r : routers_) {
+      std::shared_ptr<BatchStream> stream;
+      {
+        absl::MutexLock lock(&r->batch_mu);
+        r->closing = true;
+        stream = std::move(r->batch);
+      }
+      if (stream != nullptr) stream->Close();
+    }
     // Calls still unwinding on gRPC threads use the stubs: let them finish first.
     for (int i = 0; i < 5000 && g_live_reactors.load() > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -315,6 +551,8 @@ class Backend final : public GrpcBackend {
   }
 
   RouterConn& router(int i) { return *routers_[i]; }
+  bool batch_stream() const { return options_.batch_stream; }
+  int32_t batch_window() const { return options_.batch_window; }
 
  private:
   void PollOnce() {
@@ -380,6 +618,10 @@ class Backend final : public GrpcBackend {
 
 void CallState::StartAttempt() {
   const int router = order_[attempt_];
+  if (backend_->batch_stream()) {
+    StartBatchAttempt(backend_->router(router));
+    return;
+  }
   auto* reactor = new Reactor(shared_from_this(), &backend_->router(router));
   bool cancelled;
   {
@@ -398,10 +640,54 @@ void CallState::StartAttempt() {
   reactor->Start(proto_);
 }
 
+void CallState::StartBatchAttempt(RouterConn& router) {
+  int generation;
+  bool cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled = cancelled_;
+    generation = ++batch_generation_;
+  }
+  if (cancelled) {
+    Release()->OnFailed(absl::CancelledError("cancelled"));
+    return;
+  }
+  // The router's open stream, or a new one when it has ended (at most twice: a stream that
+  // ended between the two looks is replaced once more).
+  for (int tries = 0; tries < 2; ++tries) {
+    std::shared_ptr<BatchStream> stream;
+    {
+      absl::MutexLock lock(&router.batch_mu);
+      if (router.closing) break;
+      if (router.batch == nullptr || tries > 0) {
+        router.batch = std::make_shared<BatchStream>(&router, backend_->batch_window());
+        router.batch->Open();
+      }
+      stream = router.batch;
+    }
+    uint64_t id = 0;
+    if (!stream->Add(shared_from_this(), proto_, &id)) continue;
+    absl::ReleasableMutexLock lock(&mu_);
+    // The reply may have come (and a retry started) before Add returned: only this attempt's
+    // own cancel is kept.
+    if (generation != batch_generation_) return;
+    if (cancelled_) {  // a cancel that came while the start was being sent
+      lock.Release();
+      stream->Cancel(id);
+    } else {
+      cancel_batch_ = [stream, id] { stream->Cancel(id); };
+    }
+    return;
+  }
+  OnAttemptDone(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"),
+                false, false);
+}
+
 void CallState::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
   if (context_ != nullptr) context_->TryCancel();
+  if (cancel_batch_) cancel_batch_();
 }
 
 void CallState::OnAttemptDone(const grpc::Status& status, bool got_message, bool finished) {

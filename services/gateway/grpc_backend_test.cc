@@ -3,8 +3,10 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -58,6 +60,74 @@ class FakeRouter final : public pb::Router::Service {
         return grpc::Status::CANCELLED;
       }
     }
+    return grpc::Status::OK;
+  }
+
+  // The same answers on a batch stream: each start is served on its own thread, items written
+  // one per message.
+  grpc::Status GenerateBatch(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream)
+      override {
+    absl::Mutex write_mu;
+    absl::flat_hash_set<uint64_t> cancels;  // under mu_
+    std::vector<std::thread> threads;
+    auto write = [&](const pb::BatchItem& item) {
+      pb::GenerateBatchResponse message;
+      *message.add_items() = item;
+      absl::MutexLock lock(&write_mu);
+      return stream->Write(message);
+    };
+    auto serve = [&](const pb::BatchStart start) {
+      const pb::GenerateRequest& req = start.request();
+      pb::BatchItem item;
+      item.set_id(start.id());
+      if (reject_) {
+        item.set_status_code(grpc::StatusCode::RESOURCE_EXHAUSTED);
+        item.set_status_message("queue full");
+        write(item);
+        return;
+      }
+      const int n = req.max_tokens();
+      for (int i = 0; i < n; ++i) {
+        pb::GenerateResponse& r = *item.mutable_response();
+        r.Clear();
+        r.add_token_ids(req.prompt_token_ids(i % req.prompt_token_ids_size()));
+        if (req.logprobs()) r.add_logprobs()->set_logprob(-0.25f);
+        if (i == n - 1) {
+          r.set_finish_reason(pb::FINISH_REASON_LENGTH);
+          r.mutable_usage()->set_prompt_tokens(req.prompt_token_ids_size());
+          r.mutable_usage()->set_completion_tokens(n);
+          r.mutable_usage()->set_cached_prompt_tokens(16);
+        }
+        if (!write(item)) return;
+        if (hold_) {
+          {
+            absl::MutexLock lock(&mu_);
+            auto cancelled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+              return cancels.contains(start.id()) || ctx->IsCancelled();
+            };
+            mu_.AwaitWithTimeout(absl::Condition(&cancelled), absl::Seconds(20));
+            ++cancelled_;
+          }
+          r.Clear();
+          r.set_finish_reason(pb::FINISH_REASON_ABORT);
+          write(item);
+          return;
+        }
+      }
+    };
+    pb::GenerateBatchRequest request;
+    while (stream->Read(&request)) {
+      absl::MutexLock lock(&mu_);
+      for (uint64_t id : request.cancels()) cancels.insert(id);
+      for (const pb::BatchStart& start : request.starts()) {
+        ++calls_;
+        last_ = start.request();
+        threads.emplace_back(serve, start);
+      }
+    }
+    for (std::thread& t : threads) t.join();
     return grpc::Status::OK;
   }
 
@@ -142,13 +212,22 @@ class Collector final : public GenerateObserver {
   return true;
 }();
 
-RoutingOptions Routing(std::vector<std::string> routers) {
+RoutingOptions Routing(bool batch_stream, std::vector<std::string> routers) {
   RoutingOptions o;
+  o.batch_stream = batch_stream;
   o.routers = std::move(routers);
   o.stats_interval = absl::Seconds(60);  // tests poll explicitly
   o.connect_timeout = absl::Seconds(2);
   return o;
 }
+
+// Every test runs over both transports: a Generate call per request, and one GenerateBatch
+// stream per router (routing.batch_stream).
+class GrpcBackendTest : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Transports, GrpcBackendTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "BatchStream" : "CallPerRequest";
+                         });
 
 GenerateRequest Request(int max_tokens) {
   GenerateRequest r;
@@ -161,9 +240,9 @@ GenerateRequest Request(int max_tokens) {
   return r;
 }
 
-TEST(GrpcBackendTest, StreamsTokensFinishAndUsageFromARouter) {
+TEST_P(GrpcBackendTest, StreamsTokensFinishAndUsageFromARouter) {
   FakeRouter router("a");
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({router.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
   backend->PollNowForTesting();
   EXPECT_TRUE(backend->Ready());
   auto collector = std::make_shared<Collector>();
@@ -179,9 +258,9 @@ TEST(GrpcBackendTest, StreamsTokensFinishAndUsageFromARouter) {
   EXPECT_TRUE(sent.logprobs());
 }
 
-TEST(GrpcBackendTest, ConstraintsTravelAsTheProtoConstraint) {
+TEST_P(GrpcBackendTest, ConstraintsTravelAsTheProtoConstraint) {
   FakeRouter router("a");
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({router.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
   backend->PollNowForTesting();
   auto send = [&](generation::Constraint c) {
     GenerateRequest r = Request(1);
@@ -205,7 +284,7 @@ TEST(GrpcBackendTest, ConstraintsTravelAsTheProtoConstraint) {
   EXPECT_EQ(choice.constraint().choice().choices(1), "no");
 }
 
-TEST(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
+TEST_P(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
   FakeRouter live("live");
   // A port nobody listens on.
   int dead_port;
@@ -214,7 +293,7 @@ TEST(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
     dead_port = std::stoi(tmp.target().substr(10));
   }
   const std::string dead = "127.0.0.1:" + std::to_string(dead_port);
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({dead, live.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {dead, live.target()}), "tiny"));
   // Without a poll both look healthy-unknown (down); every request must still succeed.
   for (int i = 0; i < 4; ++i) {
     auto collector = std::make_shared<Collector>();
@@ -232,11 +311,11 @@ TEST(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
   EXPECT_TRUE(loads[1].healthy);
 }
 
-TEST(GrpcBackendTest, FullRouterQueueRetriesOnAnotherRouter) {
+TEST_P(GrpcBackendTest, FullRouterQueueRetriesOnAnotherRouter) {
   FakeRouter full("full"), free("free");
   full.reject_ = true;
   ASSERT_OK_AND_ASSIGN(auto backend,
-                       GrpcBackend::Create(Routing({full.target(), free.target()}), "tiny"));
+                       GrpcBackend::Create(Routing(GetParam(), {full.target(), free.target()}), "tiny"));
   backend->PollNowForTesting();
   for (int i = 0; i < 4; ++i) {
     auto collector = std::make_shared<Collector>();
@@ -249,20 +328,20 @@ TEST(GrpcBackendTest, FullRouterQueueRetriesOnAnotherRouter) {
   EXPECT_EQ(free.calls(), 4);
 }
 
-TEST(GrpcBackendTest, AllRoutersFailingIsUnavailable) {
+TEST_P(GrpcBackendTest, AllRoutersFailingIsUnavailable) {
   FakeRouter full("full");
   full.reject_ = true;
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({full.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {full.target()}), "tiny"));
   auto collector = std::make_shared<Collector>();
   auto call = backend->Generate(Request(1), collector);
   ASSERT_TRUE(collector->Wait());
   EXPECT_EQ(collector->status_.code(), absl::StatusCode::kResourceExhausted);
 }
 
-TEST(GrpcBackendTest, CancelEndsTheRouterStream) {
+TEST_P(GrpcBackendTest, CancelEndsTheRouterStream) {
   FakeRouter router("a");
   router.hold_ = true;
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({router.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
   auto collector = std::make_shared<Collector>();
   auto call = backend->Generate(Request(10), collector);
   {
@@ -278,11 +357,11 @@ TEST(GrpcBackendTest, CancelEndsTheRouterStream) {
   EXPECT_EQ(collector->status_.code(), absl::StatusCode::kCancelled);
 }
 
-TEST(GrpcBackendTest, StatsFeedTheLoadView) {
+TEST_P(GrpcBackendTest, StatsFeedTheLoadView) {
   FakeRouter a("a"), b("b");
   b.waiting_ = 24;
   ASSERT_OK_AND_ASSIGN(auto backend,
-                       GrpcBackend::Create(Routing({a.target(), b.target()}), "tiny"));
+                       GrpcBackend::Create(Routing(GetParam(), {a.target(), b.target()}), "tiny"));
   backend->PollNowForTesting();
   std::vector<RouterLoad> loads = backend->Loads();
   ASSERT_EQ(loads.size(), 2u);
@@ -300,9 +379,9 @@ TEST(GrpcBackendTest, StatsFeedTheLoadView) {
   EXPECT_EQ(b.calls(), 0);
 }
 
-TEST(GrpcBackendTest, AffinityHashesUnderTheNamespaceRoutersPublish) {
+TEST_P(GrpcBackendTest, AffinityHashesUnderTheNamespaceRoutersPublish) {
   FakeRouter a("a");
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing({a.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {a.target()}), "tiny"));
   // Before any router answered: the options' namespace.
   EXPECT_EQ(backend->AffinityNamespace().checkpoint_fingerprint, "");
   a.fingerprint_ = "0123456789abcdef0123456789abcdef";

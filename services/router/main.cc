@@ -123,6 +123,7 @@ absl::Status Run(int argc, char** argv) {
   MOE_LOG_INFO("router: signal {}, draining", signo);
   // In-flight Generate calls finish (the scheduler keeps stepping) until the drain deadline.
   const absl::Time deadline = clock.Now() + options->grpc.drain_timeout;
+  service.BeginDrain();
   runner.Shutdown(deadline);
   (*core)->scheduler().Shutdown(deadline);
   (*metrics_server)->Stop();

@@ -303,6 +303,12 @@ class RouterServer::BatchSession {
   BatchSession(RouterServer& server, std::string peer_http_id)
       : server_(server), default_http_id_(std::move(peer_http_id)) {}
 
+  // New starts are refused; the stream ends once what runs has finished.
+  void Drain() {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+  }
+
   // A refusal comes back as an item at once (through the writer).
   void Start(const pb::BatchStart& start) {
     const std::string http_id =
@@ -316,6 +322,7 @@ class RouterServer::BatchSession {
           absl::StrCat("window ", start.window(), " is outside [0, ", kMaxWindow, "]"));
     } else {
       absl::MutexLock lock(&mu_);
+      if (draining_) bad = absl::UnavailableError("router is draining");
       if (calls_.contains(start.id())) {
         bad = absl::InvalidArgumentError(
             absl::StrCat("id ", start.id(), " is already running on this stream"));
@@ -365,6 +372,11 @@ class RouterServer::BatchSession {
     if (gone) CancelAllLocked();
   }
 
+  bool reader_done() {
+    absl::MutexLock lock(&mu_);
+    return reader_done_;
+  }
+
   // From the scheduler's stepping thread, after each step.
   void OnStep() {
     absl::MutexLock lock(&mu_);
@@ -387,11 +399,12 @@ class RouterServer::BatchSession {
       message.Clear();
       {
         absl::MutexLock lock(&mu_);
-        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return ready_ || (reader_done_ && calls_.empty());
+        auto over = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return (reader_done_ || draining_) && calls_.empty() && refusals_.empty();
         };
+        auto wake = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ready_ || over(); };
         mu_.Await(absl::Condition(&wake));
-        if (!ready_ && reader_done_ && calls_.empty()) return;
+        if (over()) return;
         ready_ = false;
         for (pb::BatchItem& item : refusals_) *message.add_items() = std::move(item);
         refusals_.clear();
@@ -466,6 +479,7 @@ class RouterServer::BatchSession {
   std::vector<pb::BatchItem> refusals_ ABSL_GUARDED_BY(mu_);
   bool ready_ ABSL_GUARDED_BY(mu_) = false;  // the writer has something to look at
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 ::grpc::Status RouterServer::GenerateBatch(
@@ -473,8 +487,17 @@ class RouterServer::BatchSession {
     ::grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream) {
   if (::grpc::Status s = auth_.Check(*context, kGenerateBatchPolicy); !s.ok()) return s;
   BatchSession session(*this, HttpRequestId(*context));
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_.insert(&session);
+    if (draining_) session.Drain();
+  }
   const int64_t listener = scheduler_.AddStepListener([&session] { session.OnStep(); });
-  std::thread writer([&] { session.WriteLoop(stream); });
+  std::thread writer([&] {
+    session.WriteLoop(stream);
+    // Drained, or the caller is gone, while the reader still waits: unblock it, so the call ends.
+    if (!session.reader_done()) context->TryCancel();
+  });
   pb::GenerateBatchRequest request;
   while (stream->Read(&request)) {
     for (const pb::BatchStart& start : request.starts()) session.Start(start);
@@ -484,8 +507,18 @@ class RouterServer::BatchSession {
   session.ReaderDone(/*gone=*/context->IsCancelled());
   writer.join();
   scheduler_.RemoveStepListener(listener);
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_.erase(&session);
+  }
   if (context->IsCancelled()) return ::grpc::Status(::grpc::StatusCode::CANCELLED, "client went away");
   return ::grpc::Status::OK;
+}
+
+void RouterServer::BeginDrain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  for (BatchSession* session : sessions_) session->Drain();
 }
 
 ::grpc::Status RouterServer::GetStats(::grpc::ServerContext* context,

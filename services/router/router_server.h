@@ -97,6 +97,11 @@ class RouterServer final : public moe::router::v1::Router::Service {
   // Without it a constrained request is FAILED_PRECONDITION. Call before serving.
   void set_grammar_cache(grammar::GrammarCache* cache) { grammar_cache_ = cache; }
 
+  // Before the gRPC server's drain: GenerateBatch streams refuse new requests (UNAVAILABLE, so
+  // the gateway retries them elsewhere) and end once their running requests have finished,
+  // instead of holding the drain until its deadline. Any thread.
+  void BeginDrain();
+
   // The core request for a proto request (exposed for tests). INVALID_ARGUMENT /
   // FAILED_PRECONDITION as documented in router.proto.
   absl::StatusOr<GenerateRequest> FromProto(const moe::router::v1::GenerateRequest& request) const;
@@ -134,6 +139,8 @@ class RouterServer final : public moe::router::v1::Router::Service {
   absl::Mutex mu_;
   // request_ids of running Generate calls (a duplicate is INVALID_ARGUMENT).
   absl::flat_hash_set<std::string> active_request_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<BatchSession*> sessions_ ABSL_GUARDED_BY(mu_);  // open GenerateBatch streams
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace moe::router

@@ -482,5 +482,31 @@ TEST_F(RouterServerTest, BatchStreamCancelAbortsOneRequest) {
   EXPECT_EQ(stats.num_requests_running(), 0);
 }
 
+TEST_F(RouterServerTest, BatchStreamEndsAfterItsRequestsWhenTheRouterDrains) {
+  StartRouter(SchedulerOptions{});
+  BatchClient client(*stub_);
+  pb::GenerateBatchRequest request;
+  // Held by its window (2 items) until credited, so it runs while the late one comes.
+  AddStart(&request, 1, Request(Prompt(13, 4), 40), /*window=*/2);
+  ASSERT_TRUE(client.Send(request));
+  while (client.records[1].items < 2) ASSERT_TRUE(client.ReadOne());
+  server_->BeginDrain();
+  pb::GenerateBatchRequest late;
+  AddStart(&late, 2, Request(Prompt(9, 1), 4));
+  ASSERT_TRUE(client.Send(late));
+  ASSERT_TRUE(client.ReadUntilDone({2}));
+  pb::GenerateBatchRequest credit;
+  pb::BatchCredit* c = credit.add_credits();
+  c->set_id(1);
+  c->set_items(100);
+  ASSERT_TRUE(client.Send(credit));
+  // The running one ends, and then the stream ends without the client closing its side.
+  while (client.ReadOne()) {
+  }
+  EXPECT_EQ(client.records[1].finish, pb::FINISH_REASON_LENGTH);
+  EXPECT_EQ(client.records[1].token_ids.size(), 40u);
+  EXPECT_EQ(client.records[2].status_code, grpc::StatusCode::UNAVAILABLE);
+}
+
 }  // namespace
 }  // namespace moe::router

@@ -111,6 +111,11 @@ void RoutingOptions::Describe(config::Schema<RoutingOptions>& s) {
       .Min(absl::Milliseconds(10));
   s.Add("max_attempts", &RoutingOptions::max_attempts, "routers tried before the first token")
       .Range(1, 64);
+  s.Add("batch_stream", &RoutingOptions::batch_stream,
+        "one GenerateBatch stream per router (one message per step), not a call per request");
+  s.Add("batch_window", &RoutingOptions::batch_window,
+        "items per request in flight on a batch stream before credit")
+      .Range(2, 1024);
 }
 
 void RealtimeOptions::Describe(config::Schema<RealtimeOptions>& s) {

@@ -102,6 +102,12 @@ struct RoutingOptions {
   absl::Duration stats_interval = absl::Milliseconds(500);  // GetStats polling
   absl::Duration connect_timeout = absl::Seconds(2);
   int32_t max_attempts = 3;  // routers tried before the first token
+  // One GenerateBatch stream per router for all requests, answered with one message per router
+  // step (router.proto), instead of one Generate call per request and one message per token.
+  bool batch_stream = true;
+  // Items a request may have in flight on a batch stream before the gateway credits them back
+  // (its flow control; a client behind holds only its own request).
+  int32_t batch_window = 16;
   // How the gateway dials the routers: TLS / mTLS (the gateway's client certificate) or a
   // token file (common/grpc/auth.h). A small HTTP/2 window (stream_window_bytes, 16 KiB: a few
   // hundred tokens, far more than a stream's rate needs per round trip) so that a paused stream
