@@ -367,9 +367,13 @@ class RouterServer::BatchSession {
   // The reader is done: half-closed (`gone` false: finish what runs) or the caller went away
   // (`gone`: cancel everything).
   void ReaderDone(bool gone) {
-    absl::MutexLock lock(&mu_);
-    reader_done_ = true;
-    if (gone) CancelAllLocked();
+    std::vector<std::string> ids;
+    {
+      absl::MutexLock lock(&mu_);
+      reader_done_ = true;
+      if (gone) AbandonAllLocked(&ids);
+    }
+    for (const std::string& id : ids) server_.ReleaseRequestId(id);
   }
 
   bool reader_done() {
@@ -395,8 +399,11 @@ class RouterServer::BatchSession {
                      stream) {
     pb::GenerateBatchResponse message;
     std::vector<pb::GenerateResponse> responses;
+    // Released after mu_ (RouterServer::mu_ is taken before a session's, in BeginDrain).
+    std::vector<std::string> ended_ids;
     for (;;) {
       message.Clear();
+      ended_ids.clear();
       {
         absl::MutexLock lock(&mu_);
         auto over = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -430,7 +437,7 @@ class RouterServer::BatchSession {
             --call.credit;
           }
           if (call.backlog.empty() && call.final_in_backlog) {
-            server_.ReleaseRequestId(call.request_id);
+            ended_ids.push_back(std::move(call.request_id));
             calls_.erase(found);
             it = order_.erase(it);
           } else {
@@ -438,12 +445,14 @@ class RouterServer::BatchSession {
           }
         }
       }
-      if (message.items_size() > 0 && !stream->Write(message)) {
-        absl::MutexLock lock(&mu_);
-        CancelAllLocked();
-        for (const auto& [id, call] : calls_) server_.ReleaseRequestId(call.request_id);
-        calls_.clear();
-        order_.clear();
+      for (const std::string& id : ended_ids) server_.ReleaseRequestId(id);
+      ended_ids.clear();
+      if (message.items_size() > 0 && !stream->Write(message)) {  // the caller is gone
+        {
+          absl::MutexLock lock(&mu_);
+          AbandonAllLocked(&ended_ids);
+        }
+        for (const std::string& id : ended_ids) server_.ReleaseRequestId(id);
         return;
       }
     }
@@ -467,8 +476,15 @@ class RouterServer::BatchSession {
     return !call.backlog.empty() || call.submitted.stream->HasOutput();
   }
 
-  void CancelAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const auto& [id, call] : calls_) server_.scheduler_.Cancel(call.submitted.seq_id);
+  // Cancels every request in the scheduler and forgets them (their request_ids into `ids`, to be
+  // released once mu_ is let go).
+  void AbandonAllLocked(std::vector<std::string>* ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto& [id, call] : calls_) {
+      server_.scheduler_.Cancel(call.submitted.seq_id);
+      ids->push_back(std::move(call.request_id));
+    }
+    calls_.clear();
+    order_.clear();
   }
 
   RouterServer& server_;
