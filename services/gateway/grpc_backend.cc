@@ -495,7 +495,12 @@ class Backend final : public GrpcBackend {
     for (const std::string& target : options_.routers) {
       auto conn = std::make_unique<RouterConn>();
       conn->target = target;
-      auto channel = common::rpc::CreateChannel(target, options_.channel);
+      // On a batch stream the credit windows are the flow control, and one HTTP/2 stream carries
+      // every request: a 16 KiB window would stall a step's message of many requests (with
+      // logprobs) on window updates, so the channel takes gRPC's default window with BDP probing.
+      common::rpc::ChannelOptions channel_options = options_.channel;
+      if (options_.batch_stream) channel_options.stream_window_bytes = 0;
+      auto channel = common::rpc::CreateChannel(target, channel_options);
       if (!channel.ok()) return channel.status();
       conn->channel = *channel;
       conn->stub = pb::Router::NewStub(conn->channel);

@@ -111,7 +111,8 @@ struct RoutingOptions {
   // How the gateway dials the routers: TLS / mTLS (the gateway's client certificate) or a
   // token file (common/grpc/auth.h). A small HTTP/2 window (stream_window_bytes, 16 KiB: a few
   // hundred tokens, far more than a stream's rate needs per round trip) so that a paused stream
-  // (a client behind: http.stream_read_pause_bytes) stops the router decoding it soon.
+  // (a client behind: http.stream_read_pause_bytes) stops the router decoding it soon. With
+  // batch_stream the window is not used (gRPC's default; the credit windows bound each request).
   common::rpc::ChannelOptions channel{.stream_window_bytes = 16 << 10};
 
   static void Describe(common::config::Schema<RoutingOptions>& s);
