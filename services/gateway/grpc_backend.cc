@@ -248,9 +248,16 @@ class BatchStream final
       public std::enable_shared_from_this<BatchStream> {
  public:
   BatchStream(RouterConn* router, int32_t window) : router_(router), window_(window) {}
+  // Counted live until destroyed, not only until OnDone: another holder (a pending credit, a
+  // call's cancel) may drop the last reference later, and the ClientContext it then destroys
+  // must not outlive the channel (~Backend waits for the count).
+  ~BatchStream() override {
+    if (opened_) g_live_reactors.fetch_sub(1);
+  }
 
   void Open() {
     self_ = shared_from_this();
+    opened_ = true;
     g_live_reactors.fetch_add(1);
     router_->stub->async()->GenerateBatch(&context_, this);
     // Writes start from other threads (a new request, a credit): the hold keeps OnDone away
@@ -293,21 +300,30 @@ class BatchStream final
   void Close() { context_.TryCancel(); }
 
   void OnWriteDone(bool ok) override {
+    bool release_hold;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
-      if (!ok) return;  // the stream broke: the reads end too, then OnDone
+      release_hold = ended_;
     }
-    Flush();
+    if (release_hold) {  // the reads ended while this write was being started or in flight
+      RemoveHold();
+      return;
+    }
+    if (ok) Flush();  // else the stream broke: the reads end too
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the stream ended: no more writes start, and OnDone follows
+      bool write_out;
       {
         absl::MutexLock lock(&mu_);
         ended_ = true;
+        // A Flush may be between its check and StartWrite: the hold stays until that write's
+        // OnWriteDone, so OnDone (and the delete) cannot come before the StartWrite.
+        write_out = writing_;
       }
-      RemoveHold();
+      if (!write_out) RemoveHold();
       return;
     }
     for (const pb::BatchItem& item : response_.items()) Deliver(item);
@@ -339,7 +355,6 @@ class BatchStream final
                                  got, false);
     }
     std::shared_ptr<BatchStream> self = std::move(self_);  // may delete this on return
-    g_live_reactors.fetch_sub(1);
   }
 
  private:
@@ -435,6 +450,7 @@ class BatchStream final
   RouterConn* const router_;
   const int32_t window_;
   std::shared_ptr<BatchStream> self_;  // from Open until OnDone
+  bool opened_ = false;
   grpc::ClientContext context_;
   pb::GenerateBatchResponse response_;  // the reading thread's
   bool got_any_ = false;                // the reading thread's (and OnDone, after it)
