@@ -55,17 +55,17 @@ class BoundedRouter final : public pb::Router::Service {
 
   grpc::Status Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
                         grpc::ServerWriter<pb::GenerateResponse>* writer) override {
-    const bool ok = Serve(*req, [&] { return ctx->IsCancelled(); },
-                          [&](const pb::GenerateResponse& r) { return writer->Write(r); });
+    const bool ok = Serve(
+        *req, [&] { return ctx->IsCancelled(); },
+        [&](const pb::GenerateResponse& r) { return writer->Write(r); });
     return ok ? grpc::Status::OK : grpc::Status::CANCELLED;
   }
 
   // The same on a batch stream, shaped like RouterServer::GenerateBatch's flow control: an item
   // goes out only while the request has credit (BatchStart.window, then the gateway's credits).
-  grpc::Status GenerateBatch(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream)
-      override {
+  grpc::Status GenerateBatch(grpc::ServerContext* ctx,
+                             grpc::ServerReaderWriter<pb::GenerateBatchResponse,
+                                                      pb::GenerateBatchRequest>* stream) override {
     std::vector<std::thread> served;
     bool reader_done = false;  // under mu_
     pb::GenerateBatchRequest request;

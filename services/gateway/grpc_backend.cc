@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -342,8 +342,9 @@ class BatchStream final
     }
     // A request that got nothing may go to another router (UNAVAILABLE is retried); one that
     // streamed ends with the stream's status, as a broken Generate call would.
-    const grpc::Status unstarted(grpc::StatusCode::UNAVAILABLE,
-                                 absl::StrCat("the router's stream ended: ", status.error_message()));
+    const grpc::Status unstarted(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("the router's stream ended: ", status.error_message()));
     for (auto& [id, call] : left) {
       router_->in_flight.fetch_sub(1);
       call->state->ClearAttempt();
@@ -360,16 +361,16 @@ class BatchStream final
  private:
   struct Call {
     std::shared_ptr<CallState> state;
-    bool got_message = false;  // only the reading thread
-    int32_t delivered = 0;     // items given to the observer, not yet credited (under mu_)
-    int32_t owed = 0;          // credits gathered, not yet sent (under mu_)
+    bool got_message = false;    // only the reading thread
+    int32_t delivered = 0;       // items given to the observer, not yet credited (under mu_)
+    int32_t owed = 0;            // credits gathered, not yet sent (under mu_)
     bool ready_pending = false;  // a WhenReady is out (under mu_)
   };
 
   void Deliver(const pb::BatchItem& item) {
     std::shared_ptr<Call> call;
-    const bool last = item.status_code() != 0 ||
-                      item.response().finish_reason() != pb::FINISH_REASON_UNSPECIFIED;
+    const bool last =
+        item.status_code() != 0 || item.response().finish_reason() != pb::FINISH_REASON_UNSPECIFIED;
     {
       absl::MutexLock lock(&mu_);
       auto it = calls_.find(item.id());
@@ -381,9 +382,9 @@ class BatchStream final
     if (item.status_code() != 0) {  // refused before its first token
       router_->in_flight.fetch_sub(1);
       state.ClearAttempt();
-      state.OnAttemptDone(grpc::Status(static_cast<grpc::StatusCode>(item.status_code()),
-                                       item.status_message()),
-                          false, false);
+      state.OnAttemptDone(
+          grpc::Status(static_cast<grpc::StatusCode>(item.status_code()), item.status_message()),
+          false, false);
       return;
     }
     if (state.cancelled()) {  // nothing more reaches the observer; the router's ABORT ends it
@@ -459,7 +460,7 @@ class BatchStream final
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   pb::GenerateBatchRequest pending_ ABSL_GUARDED_BY(mu_);  // the next write
-  pb::GenerateBatchRequest writing_msg_;  // the one in flight (while writing_)
+  pb::GenerateBatchRequest writing_msg_;                   // the one in flight (while writing_)
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -700,8 +701,8 @@ void CallState::StartBatchAttempt(RouterConn& router) {
     }
     return;
   }
-  OnAttemptDone(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"),
-                false, false);
+  OnAttemptDone(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"), false,
+                false);
 }
 
 void CallState::Cancel() {

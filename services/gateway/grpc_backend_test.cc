@@ -65,10 +65,9 @@ class FakeRouter final : public pb::Router::Service {
 
   // The same answers on a batch stream: each start is served on its own thread, items written
   // one per message.
-  grpc::Status GenerateBatch(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream)
-      override {
+  grpc::Status GenerateBatch(grpc::ServerContext* ctx,
+                             grpc::ServerReaderWriter<pb::GenerateBatchResponse,
+                                                      pb::GenerateBatchRequest>* stream) override {
     absl::Mutex write_mu;
     absl::flat_hash_set<uint64_t> cancels;  // under mu_
     std::vector<std::thread> threads;
@@ -242,7 +241,8 @@ GenerateRequest Request(int max_tokens) {
 
 TEST_P(GrpcBackendTest, StreamsTokensFinishAndUsageFromARouter) {
   FakeRouter router("a");
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
   backend->PollNowForTesting();
   EXPECT_TRUE(backend->Ready());
   auto collector = std::make_shared<Collector>();
@@ -260,7 +260,8 @@ TEST_P(GrpcBackendTest, StreamsTokensFinishAndUsageFromARouter) {
 
 TEST_P(GrpcBackendTest, ConstraintsTravelAsTheProtoConstraint) {
   FakeRouter router("a");
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
   backend->PollNowForTesting();
   auto send = [&](generation::Constraint c) {
     GenerateRequest r = Request(1);
@@ -293,7 +294,8 @@ TEST_P(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
     dead_port = std::stoi(tmp.target().substr(10));
   }
   const std::string dead = "127.0.0.1:" + std::to_string(dead_port);
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {dead, live.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing(GetParam(), {dead, live.target()}), "tiny"));
   // Without a poll both look healthy-unknown (down); every request must still succeed.
   for (int i = 0; i < 4; ++i) {
     auto collector = std::make_shared<Collector>();
@@ -314,8 +316,9 @@ TEST_P(GrpcBackendTest, UnreachableRouterIsSkippedBeforeTheFirstToken) {
 TEST_P(GrpcBackendTest, FullRouterQueueRetriesOnAnotherRouter) {
   FakeRouter full("full"), free("free");
   full.reject_ = true;
-  ASSERT_OK_AND_ASSIGN(auto backend,
-                       GrpcBackend::Create(Routing(GetParam(), {full.target(), free.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(
+      auto backend,
+      GrpcBackend::Create(Routing(GetParam(), {full.target(), free.target()}), "tiny"));
   backend->PollNowForTesting();
   for (int i = 0; i < 4; ++i) {
     auto collector = std::make_shared<Collector>();
@@ -331,7 +334,8 @@ TEST_P(GrpcBackendTest, FullRouterQueueRetriesOnAnotherRouter) {
 TEST_P(GrpcBackendTest, AllRoutersFailingIsUnavailable) {
   FakeRouter full("full");
   full.reject_ = true;
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {full.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing(GetParam(), {full.target()}), "tiny"));
   auto collector = std::make_shared<Collector>();
   auto call = backend->Generate(Request(1), collector);
   ASSERT_TRUE(collector->Wait());
@@ -341,7 +345,8 @@ TEST_P(GrpcBackendTest, AllRoutersFailingIsUnavailable) {
 TEST_P(GrpcBackendTest, CancelEndsTheRouterStream) {
   FakeRouter router("a");
   router.hold_ = true;
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing(GetParam(), {router.target()}), "tiny"));
   auto collector = std::make_shared<Collector>();
   auto call = backend->Generate(Request(10), collector);
   {
@@ -381,7 +386,8 @@ TEST_P(GrpcBackendTest, StatsFeedTheLoadView) {
 
 TEST_P(GrpcBackendTest, AffinityHashesUnderTheNamespaceRoutersPublish) {
   FakeRouter a("a");
-  ASSERT_OK_AND_ASSIGN(auto backend, GrpcBackend::Create(Routing(GetParam(), {a.target()}), "tiny"));
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       GrpcBackend::Create(Routing(GetParam(), {a.target()}), "tiny"));
   // Before any router answered: the options' namespace.
   EXPECT_EQ(backend->AffinityNamespace().checkpoint_fingerprint, "");
   a.fingerprint_ = "0123456789abcdef0123456789abcdef";

@@ -4,8 +4,8 @@
 #include <deque>
 #include <list>
 #include <thread>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
@@ -311,11 +311,11 @@ class RouterServer::BatchSession {
 
   // A refusal comes back as an item at once (through the writer).
   void Start(const pb::BatchStart& start) {
-    const std::string http_id =
-        start.http_request_id().empty() || start.http_request_id().size() > 128 ||
-                !PrintableAscii(start.http_request_id())
-            ? default_http_id_
-            : start.http_request_id();
+    const std::string http_id = start.http_request_id().empty() ||
+                                        start.http_request_id().size() > 128 ||
+                                        !PrintableAscii(start.http_request_id())
+                                    ? default_http_id_
+                                    : start.http_request_id();
     absl::Status bad;
     if (start.window() < 0 || start.window() > kMaxWindow) {
       bad = absl::InvalidArgumentError(
@@ -395,8 +395,8 @@ class RouterServer::BatchSession {
 
   // The writing thread's loop: gathers what is ready, writes it, until the reader is done and
   // every request has ended (or a write fails: the caller is gone).
-  void WriteLoop(::grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>*
-                     stream) {
+  void WriteLoop(
+      ::grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream) {
     pb::GenerateBatchResponse message;
     std::vector<pb::GenerateResponse> responses;
     // Released after mu_ (RouterServer::mu_ is taken before a session's, in BeginDrain).
@@ -518,7 +518,8 @@ class RouterServer::BatchSession {
   while (stream->Read(&request)) {
     for (const pb::BatchStart& start : request.starts()) session.Start(start);
     for (uint64_t id : request.cancels()) session.Cancel(id);
-    for (const pb::BatchCredit& credit : request.credits()) session.Credit(credit.id(), credit.items());
+    for (const pb::BatchCredit& credit : request.credits())
+      session.Credit(credit.id(), credit.items());
   }
   session.ReaderDone(/*gone=*/context->IsCancelled());
   writer.join();
@@ -527,7 +528,8 @@ class RouterServer::BatchSession {
     absl::MutexLock lock(&mu_);
     sessions_.erase(&session);
   }
-  if (context->IsCancelled()) return ::grpc::Status(::grpc::StatusCode::CANCELLED, "client went away");
+  if (context->IsCancelled())
+    return ::grpc::Status(::grpc::StatusCode::CANCELLED, "client went away");
   return ::grpc::Status::OK;
 }
 

@@ -287,7 +287,6 @@ TEST_F(RouterServerTest, TimeoutEndsWithAbortAndStopTokensStop) {
   EXPECT_EQ(stopped.token_ids.back(), expected[1]);
 }
 
-
 // GenerateBatch: many requests on one stream, one message per step. Collects items per id.
 class BatchClient {
  public:
@@ -449,8 +448,7 @@ TEST_F(RouterServerTest, BatchStreamHoldsOnlyTheRequestWithoutCredit) {
   const auto expected = EngineGreedy(prompt, 12);
   // The two items read before the credit, then the rest.
   ASSERT_EQ(client.records[1].token_ids.size(), 10u);
-  EXPECT_THAT(client.records[1].token_ids,
-              ElementsAreArray(expected.begin() + 2, expected.end()));
+  EXPECT_THAT(client.records[1].token_ids, ElementsAreArray(expected.begin() + 2, expected.end()));
   EXPECT_EQ(client.records[1].finish, pb::FINISH_REASON_LENGTH);
   EXPECT_TRUE(client.Close().ok());
 }

@@ -205,8 +205,7 @@ class Scheduler::Impl {
 
   // Held while the listeners run, so that RemoveStepListener waits for a running one.
   absl::Mutex listeners_mu_;
-  std::vector<std::pair<int64_t, std::function<void()>>> listeners_
-      ABSL_GUARDED_BY(listeners_mu_);
+  std::vector<std::pair<int64_t, std::function<void()>>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
   int64_t next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 1;
 };
 
