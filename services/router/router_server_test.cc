@@ -365,6 +365,12 @@ pb::BatchStart* AddStart(pb::GenerateBatchRequest* request, uint64_t id,
   return start;
 }
 
+void AddCredit(pb::GenerateBatchRequest* request, uint64_t id, int32_t items) {
+  pb::BatchCredit* credit = request->add_credits();
+  credit->set_id(id);
+  credit->set_items(items);
+}
+
 TEST_F(RouterServerTest, BatchStreamCarriesEveryRequestsTokensOneMessagePerStep) {
   StartRouter(SchedulerOptions{});
   BatchClient client(*stub_);
@@ -440,9 +446,7 @@ TEST_F(RouterServerTest, BatchStreamHoldsOnlyTheRequestWithoutCredit) {
   EXPECT_THAT(client.records[1].status_message, HasSubstr("already running"));
   client.records[1] = {};
   pb::GenerateBatchRequest credit;
-  pb::BatchCredit* c = credit.add_credits();
-  c->set_id(1);
-  c->set_items(100);
+  AddCredit(&credit, 1, 100);
   ASSERT_TRUE(client.Send(credit));
   ASSERT_TRUE(client.ReadUntilDone({1}));
   const auto expected = EngineGreedy(prompt, 12);
@@ -465,9 +469,7 @@ TEST_F(RouterServerTest, BatchStreamCancelAbortsOneRequest) {
   ASSERT_TRUE(client.ReadUntilDone({8}));
   pb::GenerateBatchRequest cancel;
   cancel.add_cancels(7);
-  pb::BatchCredit* c = cancel.add_credits();
-  c->set_id(7);
-  c->set_items(1000);
+  AddCredit(&cancel, 7, 1000);
   ASSERT_TRUE(client.Send(cancel));
   ASSERT_TRUE(client.ReadUntilDone({7}));
   EXPECT_EQ(client.records[7].finish, pb::FINISH_REASON_ABORT);
@@ -494,9 +496,7 @@ TEST_F(RouterServerTest, BatchStreamEndsAfterItsRequestsWhenTheRouterDrains) {
   ASSERT_TRUE(client.Send(late));
   ASSERT_TRUE(client.ReadUntilDone({2}));
   pb::GenerateBatchRequest credit;
-  pb::BatchCredit* c = credit.add_credits();
-  c->set_id(1);
-  c->set_items(100);
+  AddCredit(&credit, 1, 100);
   ASSERT_TRUE(client.Send(credit));
   // The running one ends, and then the stream ends without the client closing its side.
   while (client.ReadOne()) {
