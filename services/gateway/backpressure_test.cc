@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
+#include "common/grpc/blocking_bidi_call.h"
 #include "common/metrics/registry.h"
 #include "common/testing/status_matchers.h"
 #include "grpcpp/grpcpp.h"
@@ -36,6 +37,8 @@ namespace moe::gateway {
 namespace {
 
 namespace pb = ::moe::router::v1;
+using BatchCall =
+    ::moe::common::rpc::BlockingBidiCall<pb::GenerateBatchRequest, pb::GenerateBatchResponse>;
 using Json = nlohmann::json;
 using testing::SendCompletionWithoutReading;
 
@@ -43,7 +46,8 @@ using testing::SendCompletionWithoutReading;
 // and RouterServer::Generate): a producer thread (the scheduler) appends a token only while fewer
 // than `capacity` are unread, else the sequence is held; the handler takes what is queued and
 // writes one message per token. max_tokens tokens, cycling over "a".."z", then LENGTH + usage.
-class BoundedRouter final : public pb::Router::Service {
+class BoundedRouter final
+    : public pb::Router::WithCallbackMethod_GenerateBatch<pb::Router::Service> {
  public:
   explicit BoundedRouter(int capacity) : capacity_(capacity) {
     grpc::ServerBuilder builder;
@@ -63,9 +67,12 @@ class BoundedRouter final : public pb::Router::Service {
 
   // The same on a batch stream, shaped like RouterServer::GenerateBatch's flow control: an item
   // goes out only while the request has credit (BatchStart.window, then the gateway's credits).
-  grpc::Status GenerateBatch(grpc::ServerContext* ctx,
-                             grpc::ServerReaderWriter<pb::GenerateBatchResponse,
-                                                      pb::GenerateBatchRequest>* stream) override {
+  // (Served through the callback API, as the router does: common/grpc/blocking_bidi_call.h.)
+  grpc::ServerBidiReactor<pb::GenerateBatchRequest, pb::GenerateBatchResponse>* GenerateBatch(
+      grpc::CallbackServerContext* ctx) override {
+    return BatchCall::Start(ctx, [this, ctx](BatchCall& call) { return ServeBatch(ctx, &call); });
+  }
+  grpc::Status ServeBatch(grpc::CallbackServerContext* ctx, BatchCall* stream) {
     std::vector<std::thread> served;
     bool reader_done = false;  // under mu_
     pb::GenerateBatchRequest request;

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc/blocking_bidi_call.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -18,12 +19,14 @@ namespace moe::gateway {
 namespace {
 
 namespace pb = ::moe::router::v1;
+using BatchCall =
+    ::moe::common::rpc::BlockingBidiCall<pb::GenerateBatchRequest, pb::GenerateBatchResponse>;
 using ::moe::generation::FinishReason;
 using ::moe::generation::Usage;
 
 // Streams prompt_token_ids back (one per message, max_tokens of them), then LENGTH + usage.
 // With `hold` it sends one token and waits for cancellation.
-class FakeRouter final : public pb::Router::Service {
+class FakeRouter final : public pb::Router::WithCallbackMethod_GenerateBatch<pb::Router::Service> {
  public:
   explicit FakeRouter(std::string name) : name_(std::move(name)) {
     grpc::ServerBuilder builder;
@@ -65,9 +68,12 @@ class FakeRouter final : public pb::Router::Service {
 
   // The same answers on a batch stream: each start is served on its own thread, items written
   // one per message.
-  grpc::Status GenerateBatch(grpc::ServerContext* ctx,
-                             grpc::ServerReaderWriter<pb::GenerateBatchResponse,
-                                                      pb::GenerateBatchRequest>* stream) override {
+  // (Served through the callback API, as the router does: common/grpc/blocking_bidi_call.h.)
+  grpc::ServerBidiReactor<pb::GenerateBatchRequest, pb::GenerateBatchResponse>* GenerateBatch(
+      grpc::CallbackServerContext* ctx) override {
+    return BatchCall::Start(ctx, [this, ctx](BatchCall& call) { return ServeBatch(ctx, &call); });
+  }
+  grpc::Status ServeBatch(grpc::CallbackServerContext* ctx, BatchCall* stream) {
     absl::Mutex write_mu;
     absl::flat_hash_set<uint64_t> cancels;  // under mu_
     std::vector<std::thread> threads;

@@ -7,8 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
+#include "common/grpc/blocking_bidi_call.h"
 #include "common/grpc/status.h"
 #include "services/router/placement_proto.h"
 
@@ -50,7 +52,7 @@ bool PrintableAscii(const std::string& s) {
 
 // The gateway's x-request-id metadata (the id a client can follow through every log line), or
 // "-" when absent or not printable.
-std::string HttpRequestId(const ::grpc::ServerContext& context) {
+std::string HttpRequestId(const ::grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("x-request-id");
   if (it == metadata.end()) return "-";
@@ -393,10 +395,10 @@ class RouterServer::BatchSession {
     }
   }
 
-  // The writing thread's loop: gathers what is ready, writes it, until the reader is done and
-  // every request has ended (or a write fails: the caller is gone).
-  void WriteLoop(
-      ::grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream) {
+  // The writing thread's loop: gathers what is ready, writes it (`write` returns once the
+  // message is sent; false: the caller is gone), until the reader is done and every request has
+  // ended, or a write fails.
+  void WriteLoop(absl::FunctionRef<bool(const pb::GenerateBatchResponse&)> write) {
     pb::GenerateBatchResponse message;
     std::vector<pb::GenerateResponse> responses;
     // Released after mu_ (RouterServer::mu_ is taken before a session's, in BeginDrain).
@@ -447,7 +449,7 @@ class RouterServer::BatchSession {
       }
       for (const std::string& id : ended_ids) server_.ReleaseRequestId(id);
       ended_ids.clear();
-      if (message.items_size() > 0 && !stream->Write(message)) {  // the caller is gone
+      if (message.items_size() > 0 && !write(message)) {  // the caller is gone
         {
           absl::MutexLock lock(&mu_);
           AbandonAllLocked(&ended_ids);
@@ -498,10 +500,32 @@ class RouterServer::BatchSession {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-::grpc::Status RouterServer::GenerateBatch(
-    ::grpc::ServerContext* context,
-    ::grpc::ServerReaderWriter<pb::GenerateBatchResponse, pb::GenerateBatchRequest>* stream) {
-  if (::grpc::Status s = auth_.Check(*context, kGenerateBatchPolicy); !s.ok()) return s;
+namespace {
+
+using BatchCall =
+    common::rpc::BlockingBidiCall<pb::GenerateBatchRequest, pb::GenerateBatchResponse>;
+
+// A call refused before it starts (auth): finished at once, no thread.
+class RefusedBatch final
+    : public ::grpc::ServerBidiReactor<pb::GenerateBatchRequest, pb::GenerateBatchResponse> {
+ public:
+  explicit RefusedBatch(::grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+::grpc::ServerBidiReactor<pb::GenerateBatchRequest, pb::GenerateBatchResponse>*
+RouterServer::GenerateBatch(::grpc::CallbackServerContext* context) {
+  if (::grpc::Status s = auth_.Check(*context, kGenerateBatchPolicy); !s.ok())
+    return new RefusedBatch(std::move(s));
+  return BatchCall::Start(context,
+                          [this, context](BatchCall& call) { return ServeBatch(context, call); });
+}
+
+// The call's own thread reads (a start may block: a grammar compile, a response-cache lookup);
+// the writer thread gathers once per step and writes.
+::grpc::Status RouterServer::ServeBatch(::grpc::CallbackServerContext* context, BatchCall& stream) {
   BatchSession session(*this, HttpRequestId(*context));
   {
     absl::MutexLock lock(&mu_);
@@ -510,12 +534,13 @@ class RouterServer::BatchSession {
   }
   const int64_t listener = scheduler_.AddStepListener([&session] { session.OnStep(); });
   std::thread writer([&] {
-    session.WriteLoop(stream);
+    session.WriteLoop(
+        [&](const pb::GenerateBatchResponse& message) { return stream.Write(message); });
     // Drained, or the caller is gone, while the reader still waits: unblock it, so the call ends.
     if (!session.reader_done()) context->TryCancel();
   });
   pb::GenerateBatchRequest request;
-  while (stream->Read(&request)) {
+  while (stream.Read(&request)) {
     for (const pb::BatchStart& start : request.starts()) session.Start(start);
     for (uint64_t id : request.cancels()) session.Cancel(id);
     for (const pb::BatchCredit& credit : request.credits())

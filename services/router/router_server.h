@@ -2,8 +2,9 @@
 // per-call deadlines and client cancellation. The scheduling itself is core/scheduler.h.
 //
 // GenerateBatch (the gateway's path) carries many requests on one stream and answers with one
-// message per scheduler step holding every request's new tokens (router.proto); its writer
-// thread wakes once per step (Scheduler::AddStepListener), not once per token per request.
+// message per scheduler step holding every request's new tokens (router.proto). It is served
+// through gRPC's callback API (common/grpc/blocking_bidi_call.h says why), and its writer thread
+// wakes once per step (Scheduler::AddStepListener), not once per token per request.
 // Generate streams one GenerateResponse per batch of new tokens (usually one token) and a last
 // message with finish_reason and usage; requests rejected before streaming get a gRPC error
 // (INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE). A client that goes
@@ -24,6 +25,7 @@
 #include "common/base/clock.h"
 #include "common/config/schema.h"
 #include "common/grpc/auth.h"
+#include "common/grpc/blocking_bidi_call.h"
 #include "common/grpc/server_runner.h"
 #include "common/metrics/metrics_server.h"
 #include "moe/router/v1/router.grpc.pb.h"
@@ -85,7 +87,8 @@ inline constexpr common::rpc::MethodPolicy kRouterPolicies[] = {
     kGeneratePolicy, kGenerateBatchPolicy, kGetStatsPolicy, kSetPlacementPolicy};
 
 // Thread-safe: gRPC calls it from its own threads. Borrows the scheduler, clock and authorizer.
-class RouterServer final : public moe::router::v1::Router::Service {
+class RouterServer final : public moe::router::v1::Router::WithCallbackMethod_GenerateBatch<
+                               moe::router::v1::Router::Service> {
  public:
   RouterServer(Scheduler& scheduler, RouterServerInfo info, common::Clock& clock,
                const common::rpc::Authorizer& auth);
@@ -110,10 +113,9 @@ class RouterServer final : public moe::router::v1::Router::Service {
   ::grpc::Status Generate(::grpc::ServerContext* context,
                           const moe::router::v1::GenerateRequest* request,
                           ::grpc::ServerWriter<moe::router::v1::GenerateResponse>* writer) override;
-  ::grpc::Status GenerateBatch(
-      ::grpc::ServerContext* context,
-      ::grpc::ServerReaderWriter<moe::router::v1::GenerateBatchResponse,
-                                 moe::router::v1::GenerateBatchRequest>* stream) override;
+  ::grpc::ServerBidiReactor<moe::router::v1::GenerateBatchRequest,
+                            moe::router::v1::GenerateBatchResponse>*
+  GenerateBatch(::grpc::CallbackServerContext* context) override;
   ::grpc::Status GetStats(::grpc::ServerContext* context,
                           const moe::router::v1::GetStatsRequest* request,
                           moe::router::v1::GetStatsResponse* response) override;
@@ -123,6 +125,12 @@ class RouterServer final : public moe::router::v1::Router::Service {
 
  private:
   class BatchSession;  // one GenerateBatch stream's requests (router_server.cc)
+
+  // One GenerateBatch call, on its own thread (common/grpc/blocking_bidi_call.h).
+  ::grpc::Status ServeBatch(
+      ::grpc::CallbackServerContext* context,
+      common::rpc::BlockingBidiCall<moe::router::v1::GenerateBatchRequest,
+                                    moe::router::v1::GenerateBatchResponse>& stream);
 
   // Converts, checks the request_id is not running, and submits (refusals logged).
   absl::StatusOr<SubmittedRequest> Admit(const moe::router::v1::GenerateRequest& request,
