@@ -70,9 +70,10 @@ class BoundedRouter final
   // (Served through the callback API, as the router does: common/grpc/blocking_bidi_call.h.)
   grpc::ServerBidiReactor<pb::GenerateBatchRequest, pb::GenerateBatchResponse>* GenerateBatch(
       grpc::CallbackServerContext* ctx) override {
-    return BatchCall::Start(ctx, [this, ctx](BatchCall& call) { return ServeBatch(ctx, &call); });
+    return BatchCall::Start(ctx, [this](BatchCall& call) { return ServeBatch(&call); });
   }
-  grpc::Status ServeBatch(grpc::CallbackServerContext* ctx, BatchCall* stream) {
+  grpc::Status ServeBatch(BatchCall* stream) {
+    grpc::CallbackServerContext* const ctx = stream->context();
     std::vector<std::thread> served;
     bool reader_done = false;  // under mu_
     pb::GenerateBatchRequest request;

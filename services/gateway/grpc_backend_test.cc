@@ -71,17 +71,16 @@ class FakeRouter final : public pb::Router::WithCallbackMethod_GenerateBatch<pb:
   // (Served through the callback API, as the router does: common/grpc/blocking_bidi_call.h.)
   grpc::ServerBidiReactor<pb::GenerateBatchRequest, pb::GenerateBatchResponse>* GenerateBatch(
       grpc::CallbackServerContext* ctx) override {
-    return BatchCall::Start(ctx, [this, ctx](BatchCall& call) { return ServeBatch(ctx, &call); });
+    return BatchCall::Start(ctx, [this](BatchCall& call) { return ServeBatch(&call); });
   }
-  grpc::Status ServeBatch(grpc::CallbackServerContext* ctx, BatchCall* stream) {
-    absl::Mutex write_mu;
+  grpc::Status ServeBatch(BatchCall* stream) {
+    grpc::CallbackServerContext* const ctx = stream->context();
     absl::flat_hash_set<uint64_t> cancels;  // under mu_
     std::vector<std::thread> threads;
     auto write = [&](const pb::BatchItem& item) {
       pb::GenerateBatchResponse message;
       *message.add_items() = item;
-      absl::MutexLock lock(&write_mu);
-      return stream->Write(message);
+      return stream->Write(message);  // serialised by BatchCall
     };
     auto serve = [&](const pb::BatchStart start) {
       const pb::GenerateRequest& req = start.request();

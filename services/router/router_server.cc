@@ -519,13 +519,13 @@ class RefusedBatch final
 RouterServer::GenerateBatch(::grpc::CallbackServerContext* context) {
   if (::grpc::Status s = auth_.Check(*context, kGenerateBatchPolicy); !s.ok())
     return new RefusedBatch(std::move(s));
-  return BatchCall::Start(context,
-                          [this, context](BatchCall& call) { return ServeBatch(context, call); });
+  return BatchCall::Start(context, [this](BatchCall& call) { return ServeBatch(call); });
 }
 
 // The call's own thread reads (a start may block: a grammar compile, a response-cache lookup);
 // the writer thread gathers once per step and writes.
-::grpc::Status RouterServer::ServeBatch(::grpc::CallbackServerContext* context, BatchCall& stream) {
+::grpc::Status RouterServer::ServeBatch(BatchCall& stream) {
+  ::grpc::CallbackServerContext* const context = stream.context();
   BatchSession session(*this, HttpRequestId(*context));
   {
     absl::MutexLock lock(&mu_);

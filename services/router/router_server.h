@@ -128,7 +128,6 @@ class RouterServer final : public moe::router::v1::Router::WithCallbackMethod_Ge
 
   // One GenerateBatch call, on its own thread (common/grpc/blocking_bidi_call.h).
   ::grpc::Status ServeBatch(
-      ::grpc::CallbackServerContext* context,
       common::rpc::BlockingBidiCall<moe::router::v1::GenerateBatchRequest,
                                     moe::router::v1::GenerateBatchResponse>& stream);
 
